@@ -1,0 +1,72 @@
+"""What every command shares: error reporting, the storage and study options."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Callable
+from typing import Annotated, ParamSpec, TypeVar
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+
+from autotune.errors import AutotuneError
+
+DEFAULT_STORAGE = "sqlite:///studies/autotune.db"
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+StorageOption = Annotated[
+    str,
+    typer.Option(
+        "--storage",
+        envvar="AUTOTUNE_STORAGE",
+        help="SQLAlchemy URL of the study storage (SQLite by default).",
+    ),
+]
+StudyOption = Annotated[
+    str | None,
+    typer.Option("--study", help="Study name (default: the only or most recent study)."),
+]
+
+
+def console() -> Console:
+    """The console commands print to (stdout)."""
+    return Console()
+
+
+def error_console() -> Console:
+    return Console(stderr=True)
+
+
+def format_validation_error(exc: ValidationError, *, where: str | None = None) -> str:
+    """One line naming the first failing field: ``where: field.path: message``."""
+    first = exc.errors()[0]
+    path = ".".join(str(part) for part in first["loc"]) or "(root)"
+    prefix = f"{where}: " if where else ""
+    return f"{prefix}{path}: {first['msg']}"
+
+
+def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
+    """Turn our errors into one red line on stderr and exit code 2.
+
+    ``AUTOTUNE_DEBUG=1`` re-raises for a traceback.
+    """
+
+    @functools.wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return func(*args, **kwargs)
+        except (AutotuneError, ValidationError) as exc:
+            if os.environ.get("AUTOTUNE_DEBUG"):
+                raise
+            message = (
+                format_validation_error(exc) if isinstance(exc, ValidationError) else str(exc)
+            )
+            error_console().print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+            sys.exit(2)
+
+    return wrapper

@@ -1,0 +1,63 @@
+"""autotune's exception tree.
+
+    AutotuneError                 every error autotune raises on purpose
+    ├── InputError                bad user input (file, line, field named); CLI exit 2
+    │   ├── WorkloadError         a workload file that cannot be read
+    │   ├── SpaceError            a search-space file that cannot be read
+    │   └── StudyMismatchError    resuming a study with another space / workload
+    ├── StorageError              a storage URL that cannot be opened
+    ├── EngineError               the engine could not be driven (not a trial outcome)
+    │   └── ServerStartFailed     the server did not come up; carries a Failure
+    └── ReplayError               the replayer itself failed (never a server error)
+
+A server that crashes, OOMs or misses an SLO is a trial outcome, not an
+exception: only ServerStartFailed crosses the engine boundary, and trial.py
+turns it into an outcome.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from autotune.engines.base import Failure
+
+
+class AutotuneError(Exception):
+    """Root of every error autotune raises on purpose."""
+
+
+class InputError(AutotuneError):
+    """Bad user input. The message names the file, line and field."""
+
+
+class WorkloadError(InputError):
+    """A workload file that cannot be read or validated."""
+
+
+class SpaceError(InputError):
+    """A search-space file that cannot be read or validated."""
+
+
+class StudyMismatchError(InputError):
+    """An existing study was created with another space, workload or objective."""
+
+
+class StorageError(AutotuneError):
+    """A storage URL that cannot be opened."""
+
+
+class EngineError(AutotuneError):
+    """The engine could not be driven at all (missing executable, bad setup)."""
+
+
+class ServerStartFailed(EngineError):
+    """The server did not come up. ``failure`` says why, with the log excerpt."""
+
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(f"{failure.failure_class.value}: {failure.message}")
+        self.failure = failure
+
+
+class ReplayError(AutotuneError):
+    """The replayer itself failed (never raised for server-side errors)."""
