@@ -1,0 +1,387 @@
+"""Optuna orchestration: storage, sampler, the baseline, attrs, resume, artifacts.
+
+Each trial: space -> TrialConfig -> ``trial.run_trial`` -> ``objective.score``
+-> values + constraints + attrs. What a study and its trials store is
+specified in docs/architecture.md ("What a study stores").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import tempfile
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import optuna
+import sqlalchemy.exc
+from optuna.artifacts import FileSystemArtifactStore, upload_artifact
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune import __version__
+from autotune.engines.base import BaseEngine
+from autotune.errors import StorageError, StudyMismatchError
+from autotune.objective import Goal, Outcome, Score, request_slo, score
+from autotune.replay.load import LoadSpec
+from autotune.replay.records import RequestRecord
+from autotune.replay.stats import records_frame
+from autotune.space import SearchSpace
+from autotune.trial import Prescreen, TrialResult, run_trial
+from autotune.workload.plan import WorkloadPlan
+
+SAMPLERS = ("gp", "tpe", "random", "grid")
+DEFAULT_HEARTBEAT_S = 10
+IDENTITY_ATTRS = ("space_digest", "workload_digest", "objectives", "engine", "model")
+
+
+class StudyObserver(Protocol):
+    """Progress hooks; the CLI's rich display implements them."""
+
+    def on_trial_start(self, number: int, params: dict[str, Any], is_baseline: bool) -> None: ...
+
+    def on_phase(self, phase: str) -> None: ...
+
+    def on_request_done(self, record: RequestRecord, done: int, total: int | None) -> None: ...
+
+    def on_trial_end(self, trial: FrozenTrial, outcome: str, study: optuna.Study) -> None: ...
+
+
+@dataclass
+class StudySpec:
+    """Everything `autotune run` decided before the first trial."""
+
+    name: str
+    storage_url: str
+    space: SearchSpace
+    space_path: Path
+    goal: Goal
+    model: str
+    engine: BaseEngine
+    plan: WorkloadPlan
+    workload_path: Path
+    load: LoadSpec
+    n_trials: int | None = 20
+    timeout_s: float | None = None
+    trial_timeout_s: float | None = None
+    startup_timeout_s: float = 900.0
+    sampler: str = "gp"
+    seed: int | None = None
+    prescreen: Prescreen | None = None
+    artifacts_dir: Path = Path("studies/artifacts")
+    runs_dir: Path = Path("studies/runs")
+    heartbeat_interval_s: int = DEFAULT_HEARTBEAT_S
+
+
+def open_storage(
+    url: str, *, heartbeat_interval_s: int | None = None
+) -> optuna.storages.RDBStorage:
+    """An RDBStorage for ``url`` with heartbeat and stale-trial retry; errors name the URL."""
+    if url.startswith("sqlite:///"):
+        path = Path(url.removeprefix("sqlite:///"))
+        if str(path) not in ("", ":memory:"):
+            path.parent.mkdir(parents=True, exist_ok=True)
+    heartbeat: dict[str, Any] = {}
+    if heartbeat_interval_s:
+        heartbeat = {
+            "heartbeat_interval": heartbeat_interval_s,
+            "grace_period": 3 * heartbeat_interval_s,
+            "heartbeat_stale_trial_callback": optuna.storages.RetryHeartbeatStaleTrialCallback(
+                max_retry=1
+            ),
+        }
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.storages.RDBStorage(
+                url, engine_kwargs={"connect_args": _connect_args(url)}, **heartbeat
+            )
+    except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError) as exc:
+        raise StorageError(f"--storage {url}: cannot open: {exc}".splitlines()[0]) from exc
+
+
+def _connect_args(url: str) -> dict[str, Any]:
+    return {"timeout": 30} if url.startswith("sqlite") else {}
+
+
+def make_sampler(
+    name: str,
+    *,
+    seed: int | None,
+    space: SearchSpace,
+    n_trials: int | None,
+    engine_version: str | None,
+) -> optuna.samplers.BaseSampler:
+    """GPSampler by default (constraint-aware); TPE, random and grid on request."""
+    startup = min(10, max(4, (n_trials or 30) // 3))
+    if name == "gp":
+        return optuna.samplers.GPSampler(
+            seed=seed, n_startup_trials=startup, warn_independent_sampling=False
+        )
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "grid":
+        return optuna.samplers.GridSampler(space.grid(engine_version), seed=seed)
+    raise ValueError(f"unknown sampler {name!r}")
+
+
+def study_attrs(spec: StudySpec, engine_version: str) -> dict[str, Any]:
+    """The study-level attrs (docs/architecture.md); the identity ones are checked on resume."""
+    return {
+        "autotune_version": __version__,
+        "engine": spec.engine.name,
+        "engine_version": engine_version,
+        "hardware": spec.engine.hardware().model_dump(mode="json"),
+        "model": spec.model,
+        "workload": {
+            "path": str(spec.workload_path),
+            "name": spec.plan.name,
+            "digest": spec.plan.digest,
+            "requests": len(spec.plan.requests),
+            "sessions": len(spec.plan.sessions),
+        },
+        "workload_digest": spec.plan.digest,
+        "load": spec.load.model_dump(mode="json"),
+        "objectives": [name.value for name in spec.goal.objectives],
+        "directions": spec.goal.directions,
+        "slos": [slo.text for slo in spec.goal.slos],
+        "max_error_rate": spec.goal.max_error_rate,
+        "space": {
+            "name": spec.space.name,
+            "digest": spec.space.digest(),
+            "path": str(spec.space_path),
+        },
+        "space_digest": spec.space.digest(),
+        "time_scale": getattr(spec.engine, "time_scale", 1.0),
+    }
+
+
+def create_or_resume(
+    spec: StudySpec, storage: optuna.storages.BaseStorage, engine_version: str
+) -> optuna.Study:
+    """Create the study, or load it and refuse to resume with another space/workload/goal."""
+    sampler = make_sampler(
+        spec.sampler,
+        seed=spec.seed,
+        space=spec.space,
+        n_trials=spec.n_trials,
+        engine_version=engine_version,
+    )
+    attrs = study_attrs(spec, engine_version)
+    existing = {summary.study_name: summary for summary in optuna.get_all_study_summaries(storage)}
+    if spec.name in existing:
+        stored = existing[spec.name].user_attrs
+        for key in IDENTITY_ATTRS:
+            if key in stored and stored[key] != attrs[key]:
+                raise StudyMismatchError(
+                    f"study {spec.name!r} was created with another {key.replace('_', ' ')} "
+                    f"({stored[key]!r}, now {attrs[key]!r}); use --study NEW_NAME"
+                )
+        study = optuna.load_study(study_name=spec.name, storage=storage, sampler=sampler)
+        if list(study.directions) != [_direction(d) for d in spec.goal.directions]:
+            raise StudyMismatchError(f"study {spec.name!r} has other objective directions")
+        return study
+    study = optuna.create_study(
+        study_name=spec.name, storage=storage, sampler=sampler, directions=spec.goal.directions
+    )
+    study.set_metric_names(spec.goal.metric_names)
+    for key, value in attrs.items():
+        study.set_user_attr(key, value)
+    return study
+
+
+def _direction(name: str) -> optuna.study.StudyDirection:
+    return optuna.study.StudyDirection[name.upper()]
+
+
+def completed_count(study: optuna.Study) -> int:
+    return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+
+
+def run_study(spec: StudySpec, *, observer: StudyObserver | None = None) -> optuna.Study:
+    """Run trials until ``n_trials`` are COMPLETE (resume counts earlier ones) or time is up.
+
+    Raises KeyboardInterrupt after recording the running trial as interrupted.
+    """
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = open_storage(spec.storage_url, heartbeat_interval_s=spec.heartbeat_interval_s)
+    engine_version = spec.engine.version()
+    study = create_or_resume(spec, storage, engine_version)
+    baseline = spec.space.baseline_params(engine_version)
+    study.enqueue_trial(baseline, user_attrs={"is_baseline": True}, skip_if_exists=True)
+
+    remaining = None if spec.n_trials is None else spec.n_trials - completed_count(study)
+    if remaining is not None and remaining <= 0:
+        return study
+    callbacks = []
+    if spec.n_trials is not None:
+        callbacks.append(
+            optuna.study.MaxTrialsCallback(spec.n_trials, states=(TrialState.COMPLETE,))
+        )
+    runner = _TrialRunner(spec, study, engine_version, observer)
+    logging.getLogger("optuna").setLevel(logging.ERROR)
+    # FAIL trials (our own errors) do not count towards n_trials, but a run of
+    # them must not loop forever: attempts are capped.
+    max_attempts = None if remaining is None else 2 * remaining + 5
+    study.optimize(
+        runner,
+        n_trials=max_attempts,
+        timeout=spec.timeout_s,
+        callbacks=callbacks,
+        catch=(Exception,),
+    )
+    return study
+
+
+class _TrialRunner:
+    """The Optuna objective: one call = one trial."""
+
+    def __init__(
+        self,
+        spec: StudySpec,
+        study: optuna.Study,
+        engine_version: str,
+        observer: StudyObserver | None,
+    ) -> None:
+        self.spec = spec
+        self.study = study
+        self.engine_version = engine_version
+        self.observer = observer
+        self.artifacts = FileSystemArtifactStore(str(_ensure_dir(spec.artifacts_dir)))
+
+    def __call__(self, trial: optuna.Trial) -> float | list[float]:
+        spec = self.spec
+        params = spec.space.suggest(trial, self.engine_version)
+        is_baseline = bool(trial.user_attrs.get("is_baseline"))
+        if self.observer is not None:
+            self.observer.on_trial_start(trial.number, params, is_baseline)
+        block = self.study.user_attrs.get("attention_block_size")
+        config = spec.space.to_config(
+            params, model=spec.model, engine_version=self.engine_version, attention_block_size=block
+        )
+        log_path = spec.runs_dir / _slug(spec.name) / f"trial-{trial.number:04d}" / "server.log"
+        violations = spec.space.rule_violations(params)
+        try:
+            if violations:
+                result = TrialResult(config=config, outcome_override=Outcome.RULE_VIOLATED.value)
+                trial.set_user_attr("rule_violations", violations)
+            else:
+                result = asyncio.run(
+                    run_trial(
+                        config,
+                        engine=spec.engine,
+                        plan=spec.plan,
+                        load=spec.load,
+                        log_path=log_path,
+                        slo=request_slo(spec.goal.slos),
+                        prescreen=spec.prescreen,
+                        startup_timeout_s=spec.startup_timeout_s,
+                        trial_timeout_s=spec.trial_timeout_s,
+                        observer=self.observer,
+                    )
+                )
+        except KeyboardInterrupt:
+            trial.set_user_attr("outcome", Outcome.INTERRUPTED.value)
+            trial.set_user_attr("config", config.model_dump(mode="json"))
+            self.study.enqueue_trial(
+                params, user_attrs={"is_baseline": is_baseline, "retry_of": trial.number}
+            )
+            raise
+        memory_margin = result.memory.margin if result.memory is not None else None
+        scored = score(
+            spec.goal,
+            stats=result.stats,
+            failure=result.failure,
+            memory_margin=memory_margin,
+            outcome_override=result.outcome_override,
+        )
+        self._record(trial, result, scored, is_baseline)
+        for key, value in scored.constraints.items():
+            trial.set_constraint(key, value)
+        values = scored.values if scored.values is not None else self._placeholder()
+        return values[0] if len(values) == 1 else values
+
+    def _record(
+        self, trial: optuna.Trial, result: TrialResult, scored: Score, is_baseline: bool
+    ) -> None:
+        dump = _dump
+        trial.set_user_attr("outcome", scored.outcome)
+        trial.set_user_attr("measured", scored.values is not None)
+        trial.set_user_attr("is_baseline", is_baseline)
+        trial.set_user_attr("config", result.config.model_dump(mode="json"))
+        trial.set_user_attr("argv", result.argv)
+        trial.set_user_attr("startup", dump(result.startup))
+        trial.set_user_attr("replay", dump(result.stats))
+        trial.set_user_attr("server_stats", dump(result.server_stats))
+        trial.set_user_attr("failure", dump(result.failure))
+        trial.set_user_attr("memory", result.memory.report if result.memory else None)
+        trial.set_user_attr("engine_version", self.engine_version)
+        trial.set_user_attr("hardware", self.study.user_attrs.get("hardware"))
+        trial.set_user_attr("wall_s", round(result.wall_s, 3))
+        block = result.startup.attention_block_size if result.startup else None
+        if block and "attention_block_size" not in self.study.user_attrs:
+            self.study.set_user_attr("attention_block_size", block)
+        self._upload(trial, result)
+
+    def _upload(self, trial: optuna.Trial, result: TrialResult) -> None:
+        if result.log_path is not None and result.log_path.exists():
+            upload_artifact(
+                artifact_store=self.artifacts,
+                file_path=str(result.log_path),
+                study_or_trial=trial,
+                mimetype="text/plain",
+            )
+        if result.records:
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / "requests.csv"
+                records_frame(result.records).to_csv(path, index=False)
+                upload_artifact(
+                    artifact_store=self.artifacts,
+                    file_path=str(path),
+                    study_or_trial=trial,
+                    mimetype="text/csv",
+                )
+
+    def _placeholder(self) -> list[float]:
+        """The worst measured value so far per objective (moderate, never extreme)."""
+        directions = self.spec.goal.directions
+        measured = [
+            t
+            for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if t.user_attrs.get("measured")
+        ]
+        feasible = [t for t in measured if all(v <= 0 for v in t.constraints.values())]
+        pool = feasible or measured
+        values = []
+        for index, direction in enumerate(directions):
+            column = [t.values[index] for t in pool]
+            if column:
+                values.append(min(column) if direction == "maximize" else max(column))
+            else:
+                values.append(0.0 if direction == "maximize" else _no_data_latency(self.spec))
+        return values
+
+
+def _no_data_latency(spec: StudySpec) -> float:
+    return spec.trial_timeout_s or spec.load.request_timeout_s
+
+
+def _dump(value: Any) -> Any:
+    return value.model_dump(mode="json") if value is not None else None
+
+
+def _ensure_dir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _slug(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_.@" else "_" for ch in name)
+
+
+def default_study_name(model: str, gpu: str, workload: str, objectives: list[str]) -> str:
+    """``<model>@<gpu>/<workload>/<objective>``."""
+    return f"{Path(model).name}@{gpu}/{workload}/{','.join(objectives)}"
