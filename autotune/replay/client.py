@@ -1,0 +1,266 @@
+"""An httpx streaming client for one request at a time, never raising into the runner.
+
+``send_request`` posts one PlannedRequest, reads its SSE stream and returns a
+``RequestOutcome``: the RequestRecord plus the request's inter-chunk gaps
+(for the ITL distribution; not kept in the record). Every failure (HTTP
+status, timeout, refused connection, cut stream, malformed SSE) becomes a
+record with ``error`` set.
+
+Timing follows `vllm bench serve`: TTFT at the first event carrying
+``choices`` (OpenAI) or a content delta (Anthropic); ITL between successive
+such events; E2E at the last data event. Durations are wall seconds times
+``time_scale`` (modelled seconds, see records.py).
+
+The hot loop avoids per-chunk overhead: raw bytes, one split per read, one
+``json.loads`` per event, one timestamp per read (the events of one read
+arrived together).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import numpy as np
+
+from autotune.errors import ReplayError
+from autotune.replay.payloads import ENDPOINT_PATHS, request_body, request_headers
+from autotune.replay.records import RequestError, RequestRecord
+from autotune.workload.plan import PlannedRequest
+
+_DATA = b"data:"
+_DONE = b"[DONE]"
+
+
+class _StreamFault(Exception):
+    """An error event inside a 200 stream (vLLM reports late failures this way)."""
+
+    def __init__(self, error: RequestError, detail: str) -> None:
+        super().__init__(detail)
+        self.error = error
+        self.detail = detail
+
+
+@dataclass(slots=True)
+class _Stream:
+    """What a stream has said so far."""
+
+    chunk_times: list[float] = field(default_factory=list)  # perf_counter of content events
+    end: float | None = None  # perf_counter of the last data event
+    finished: bool = False  # saw [DONE] / message_stop
+    output_tokens: int | None = None
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    finish_reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RequestOutcome:
+    """A finished request: its record and its inter-chunk gaps (modelled seconds)."""
+
+    record: RequestRecord
+    gaps_s: np.ndarray
+    end_wall_s: float  # perf_counter when it finished (for the runner's clock)
+
+
+def _fault_from_error_payload(error: Any) -> _StreamFault:
+    if isinstance(error, dict):
+        code = error.get("code")
+        message = str(error.get("message", error))
+    else:
+        code, message = None, str(error)
+    kind = RequestError.HTTP_4XX if isinstance(code, int) and code < 500 else RequestError.HTTP_5XX
+    return _StreamFault(kind, message[:200])
+
+
+def _on_openai_event(stream: _Stream, data: dict[str, Any], now: float) -> None:
+    stream.end = now
+    choices = data.get("choices")
+    if choices:
+        stream.chunk_times.append(now)
+        reason = choices[0].get("finish_reason")
+        if reason:
+            stream.finish_reason = reason
+    usage = data.get("usage")
+    if usage:
+        stream.output_tokens = usage.get("completion_tokens")
+        stream.prompt_tokens = usage.get("prompt_tokens")
+        details = usage.get("prompt_tokens_details")
+        if details:
+            stream.cached_tokens = details.get("cached_tokens")
+    if "error" in data or data.get("object") == "error":
+        raise _fault_from_error_payload(data.get("error", data))
+
+
+def _on_anthropic_event(stream: _Stream, data: dict[str, Any], now: float) -> None:
+    stream.end = now
+    kind = data.get("type")
+    if kind == "content_block_delta":
+        stream.chunk_times.append(now)
+    elif kind == "message_start":
+        usage = data["message"].get("usage") or {}
+        cached = usage.get("cache_read_input_tokens")
+        created = usage.get("cache_creation_input_tokens") or 0
+        stream.prompt_tokens = usage.get("input_tokens", 0) + (cached or 0) + created
+        stream.cached_tokens = cached
+    elif kind == "message_delta":
+        usage = data.get("usage") or {}
+        if "output_tokens" in usage:
+            stream.output_tokens = usage["output_tokens"]
+        reason = (data.get("delta") or {}).get("stop_reason")
+        if reason:
+            stream.finish_reason = reason
+    elif kind == "message_stop":
+        stream.finished = True
+    elif kind == "error":
+        raise _fault_from_error_payload(data.get("error"))
+
+
+async def _read_stream(response: httpx.Response, stream: _Stream, anthropic: bool) -> None:
+    on_event = _on_anthropic_event if anthropic else _on_openai_event
+    pending = b""
+    async for raw in response.aiter_raw():
+        now = time.perf_counter()
+        pending += raw
+        if b"\n" not in raw:
+            continue
+        lines = pending.split(b"\n")
+        pending = lines.pop()
+        for line in lines:
+            if not line.startswith(_DATA):
+                continue  # "event:" lines, comments, blank separators
+            payload = line[5:].strip()
+            if payload == _DONE:
+                stream.finished = True
+                continue
+            data = json.loads(payload)
+            if not isinstance(data, dict):
+                raise ValueError(f"SSE data is not an object: {payload[:80]!r}")
+            on_event(stream, data, now)
+
+
+def _first_line(text: str) -> str:
+    stripped = text.strip()
+    return stripped.splitlines()[0][:200] if stripped else ""
+
+
+async def send_request(
+    client: httpx.AsyncClient,
+    request: PlannedRequest,
+    *,
+    model_name: str,
+    origin_s: float,
+    time_scale: float = 1.0,
+    timeout_s: float = 600.0,
+    api_key: str | None = None,
+    salt: str | None = None,
+    record_id: str | None = None,
+) -> RequestOutcome:
+    """Send ``request`` and read its stream to the end; never raises for request failures.
+
+    ``origin_s`` is the replay's start on ``time.perf_counter``; ``timeout_s``
+    is in modelled seconds (divided by ``time_scale`` for the wall clock).
+    """
+    anthropic = request.endpoint == "anthropic.messages"
+    body = request_body(request, model_name=model_name, salt=salt)
+    headers = request_headers(request.endpoint, api_key)
+    stream = _Stream()
+    error: RequestError | None = None
+    status: int | None = None
+    detail: str | None = None
+    sent = time.perf_counter()
+    try:
+        async with asyncio.timeout(timeout_s / time_scale):
+            async with client.stream(
+                "POST", ENDPOINT_PATHS[request.endpoint], content=body, headers=headers
+            ) as response:
+                status = response.status_code
+                if status >= 400:
+                    text = (await response.aread()).decode(errors="replace")
+                    error = RequestError.HTTP_4XX if status < 500 else RequestError.HTTP_5XX
+                    detail = _first_line(text)
+                else:
+                    await _read_stream(response, stream, anthropic)
+                    if not stream.finished:
+                        error, detail = (
+                            RequestError.CUT_STREAM,
+                            "stream ended without its end event",
+                        )
+    except TimeoutError:
+        error, detail = RequestError.TIMEOUT, f"no complete answer within {timeout_s:g}s"
+    except _StreamFault as fault:
+        error, detail = fault.error, fault.detail
+    except (ValueError, KeyError, TypeError) as exc:  # JSON / event shape
+        error, detail = RequestError.MALFORMED, _first_line(str(exc))
+    except httpx.TimeoutException as exc:
+        error, detail = RequestError.TIMEOUT, _first_line(str(exc)) or type(exc).__name__
+    except (httpx.HTTPError, OSError) as exc:
+        error = RequestError.CONNECT if status is None else RequestError.CUT_STREAM
+        detail = _first_line(str(exc)) or type(exc).__name__
+    ended = time.perf_counter()
+    return _outcome(
+        request, stream, sent=sent, ended=ended, origin_s=origin_s, scale=time_scale,
+        error=error, status=status, detail=detail, record_id=record_id,
+    )  # fmt: skip
+
+
+def _outcome(
+    request: PlannedRequest,
+    stream: _Stream,
+    *,
+    sent: float,
+    ended: float,
+    origin_s: float,
+    scale: float,
+    error: RequestError | None,
+    status: int | None,
+    detail: str | None,
+    record_id: str | None,
+) -> RequestOutcome:
+    times = stream.chunk_times
+    gaps_s = np.diff(np.asarray(times, dtype=np.float64)) * scale if len(times) > 1 else _NO_GAPS
+    end = stream.end if error is None and stream.end is not None else ended
+    output_tokens = stream.output_tokens if stream.output_tokens is not None else len(times)
+    record = RequestRecord(
+        id=record_id or request.id,
+        session=request.session,
+        endpoint=request.endpoint,
+        send_s=(sent - origin_s) * scale,
+        ttft_s=(times[0] - sent) * scale if times else None,
+        e2e_s=(end - sent) * scale,
+        output_tokens=output_tokens,
+        prompt_tokens=stream.prompt_tokens,
+        cached_tokens=stream.cached_tokens,
+        chunks=len(times),
+        itl_mean_s=float(gaps_s.mean()) if gaps_s.size else None,
+        itl_max_s=float(gaps_s.max()) if gaps_s.size else None,
+        finish_reason=stream.finish_reason,
+        error=error,
+        http_status=status,
+        error_detail=detail,
+    )
+    return RequestOutcome(record=record, gaps_s=gaps_s, end_wall_s=ended)
+
+
+_NO_GAPS = np.zeros(0, dtype=np.float64)
+
+
+async def fetch_model_name(client: httpx.AsyncClient, *, api_key: str | None = None) -> str:
+    """The first model id the server lists at /v1/models.
+
+    Raises ReplayError when the server cannot be asked or lists none.
+    """
+    headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        response = await client.get("/v1/models", headers=headers)
+        response.raise_for_status()
+        models = response.json()["data"]
+        return str(models[0]["id"])
+    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
+        raise ReplayError(
+            f"cannot read the model name from {client.base_url}v1/models: {exc}"
+        ) from exc

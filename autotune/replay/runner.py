@@ -1,0 +1,169 @@
+"""The three load modes, the budget and windows, and the server's metrics around a run.
+
+``replay`` drives one server with one WorkloadPlan under one LoadSpec and
+returns every RequestRecord, their ReplayStats and the server's ServerStats.
+
+Clocks: the plan's times (gaps, arrivals) are modelled seconds; the runner
+waits ``t / load.timing_scale / server_time_scale`` wall seconds, and the
+client multiplies what it measures by ``server_time_scale``, so records and
+stats are in modelled seconds whatever the simulator's speed-up.
+
+Windows: the first ``load.warmup_requests`` completions are marked out of
+window; the measurement window runs from the last of them (or the start) to
+the last completion. Budget: no request is sent after ``load.duration_s``
+(modelled) or after ``load.max_requests`` sends; requests in flight finish.
+
+Early stop: when the waiting queue grows without bound (the server's
+``vllm:num_requests_waiting`` rising over successive scrapes, or in trace
+mode the client's own backlog of unanswered requests) or the server stops
+accepting connections, sending stops, requests in flight are abandoned
+(not recorded) and ``ReplayStats.stopped_early`` says why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+
+import httpx
+from pydantic import BaseModel
+
+from autotune.errors import ReplayError
+from autotune.metrics import gauge_lines, parse_metrics, scrape, server_stats_between
+from autotune.replay._modes import run_mode
+from autotune.replay._run import Run
+from autotune.replay.client import fetch_model_name
+from autotune.replay.load import LoadSpec, ReplayObserver, RequestSlo
+from autotune.replay.records import ReplayStats, RequestRecord
+from autotune.replay.stats import compute_stats
+from autotune.server_stats import ServerStats
+from autotune.workload.plan import WorkloadPlan
+
+SATURATION_SCRAPES = 4  # successive rises of the waiting queue that mean "without bound"
+SATURATION_MIN_QUEUE = 8  # a queue this short is never called saturated
+
+
+class ReplayResult(BaseModel):
+    """Everything one replay measured."""
+
+    records: list[RequestRecord]
+    stats: ReplayStats
+    server_stats: ServerStats | None
+
+
+def rising_without_bound(history: list[int]) -> bool:
+    """True when the last SATURATION_SCRAPES steps all rose and the queue is long."""
+    recent = history[-(SATURATION_SCRAPES + 1) :]
+    if len(recent) <= SATURATION_SCRAPES or recent[-1] < SATURATION_MIN_QUEUE:
+        return False
+    return all(later > earlier for earlier, later in itertools.pairwise(recent))
+
+
+async def _monitor(
+    run: Run,
+    client: httpx.AsyncClient,
+    *,
+    url: str,
+    interval_s: float,
+    scraping: bool,
+    samples: list[str],
+) -> None:
+    """Scrape /metrics every ``interval_s`` wall seconds; stop the run on saturation."""
+    waiting: list[int] = []
+    backlog: list[int] = []
+    while True:
+        await asyncio.sleep(interval_s)
+        if scraping:
+            try:
+                text = await scrape(client, url)
+            except ReplayError:
+                continue  # a missed scrape only loses a peak sample
+            kept = gauge_lines(text)
+            samples.append(kept)
+            queued = parse_metrics(kept).get("vllm:num_requests_waiting")
+            if queued is not None:
+                waiting.append(round(sum(sample.value for sample in queued)))
+        if run.load.mode == "trace":
+            backlog.append(run.in_flight)
+        if not run.load.saturation_stop:
+            continue
+        if rising_without_bound(waiting):
+            run.stop(
+                f"saturated: server waiting queue rose to {waiting[-1]} over successive scrapes"
+            )
+        elif rising_without_bound(backlog):
+            run.stop(f"saturated: {backlog[-1]} requests unanswered and rising (open loop)")
+
+
+async def replay(
+    *,
+    url: str,
+    plan: WorkloadPlan,
+    load: LoadSpec,
+    model_name: str,
+    server_time_scale: float = 1.0,
+    api_key: str | None = None,
+    slo: RequestSlo | None = None,
+    observer: ReplayObserver | None = None,
+    scrape_interval_s: float | None = 5.0,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> ReplayResult:
+    """Replay ``plan`` against the server at ``url`` (e.g. ``http://127.0.0.1:8000``).
+
+    ``model_name`` empty: the first model at /v1/models. ``scrape_interval_s``
+    None: /metrics is not read (server_stats None). Raises ReplayError only
+    when the replay cannot start (no model name); request failures are records.
+    """
+    if server_time_scale <= 0:
+        raise ReplayError(f"server_time_scale must be > 0, but got {server_time_scale}")
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    async with httpx.AsyncClient(
+        base_url=url, transport=transport, timeout=None, limits=limits
+    ) as client:
+        if not model_name:
+            model_name = await fetch_model_name(client, api_key=api_key)
+        before: str | None = None
+        if scrape_interval_s is not None:
+            with contextlib.suppress(ReplayError):
+                before = await scrape(client, url)
+        run = Run(
+            client=client,
+            plan=plan,
+            load=load,
+            model_name=model_name,
+            time_scale=server_time_scale,
+            api_key=api_key,
+            observer=observer,
+        )
+        samples: list[str] = []
+        monitor = asyncio.create_task(
+            _monitor(
+                run,
+                client,
+                url=url,
+                interval_s=scrape_interval_s if scrape_interval_s is not None else 1.0,
+                scraping=before is not None,
+                samples=samples,
+            )
+        )
+        try:
+            await run_mode(run)
+        finally:
+            monitor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await monitor
+        server_stats = None
+        if before is not None:
+            with contextlib.suppress(ReplayError):
+                after = await scrape(client, url)
+                server_stats = server_stats_between(before, after, samples)
+    records = sorted(run.records, key=lambda record: record.send_s)
+    stats = compute_stats(
+        records,
+        duration_s=run.window_duration_s(),
+        slo=slo,
+        itl=run.itl,
+        stopped_early=run.stop_reason,
+    )
+    return ReplayResult(records=records, stats=stats, server_stats=server_stats)
