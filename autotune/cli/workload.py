@@ -1,7 +1,118 @@
-"""Placeholder: filled in by its owner."""
+"""`autotune workload ...`: import, stats, slice, gen."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
 import typer
 
-app = typer.Typer(no_args_is_help=True)
+from autotune.cli._common import console, handle_errors
+from autotune.workload.gen import ChatParams, ClaudeCodeParams, chat, claudecode, fixed
+from autotune.workload.io import Workload, write_workload
+from autotune.workload.plan import Endpoint
+
+app = typer.Typer(no_args_is_help=True, help="Workload files: import, inspect, cut, generate.")
+gen_app = typer.Typer(no_args_is_help=True, help="Generate a synthetic workload file.")
+app.add_typer(gen_app, name="gen")
+
+OutArg = Annotated[Path, typer.Argument(help="Workload file to write (JSONL).")]
+SeedOption = Annotated[int, typer.Option("--seed", help="Random seed.")]
+EndpointOption = Annotated[
+    str, typer.Option("--endpoint", help="openai.chat | openai.completions | anthropic.messages")
+]
+
+
+def _endpoint(value: str) -> Endpoint:
+    if value not in ("openai.chat", "openai.completions", "anthropic.messages"):
+        raise typer.BadParameter(f"unknown endpoint {value!r}")
+    return value  # type: ignore[return-value]  # narrowed by the check above
+
+
+def _write(workload: Workload, out: Path) -> None:
+    size_bytes = write_workload(out, workload.records())
+    sessions = {request.session for request in workload.requests if request.session}
+    console().print(
+        f"wrote {out}: {len(workload.requests)} requests, {len(sessions)} sessions, "
+        f"{size_bytes / 1024:.1f} KiB"
+    )
+
+
+@gen_app.command("claudecode")
+@handle_errors
+def gen_claudecode(
+    out: OutArg,
+    sessions: Annotated[int, typer.Option(min=1, help="Number of agent sessions.")] = 16,
+    seed: SeedOption = 0,
+    turns: Annotated[int, typer.Option("--turns", min=1, help="User requests per session.")] = 3,
+    requests_per_session: Annotated[
+        int | None, typer.Option(min=1, help="Cap on requests per session (all threads).")
+    ] = None,
+    max_context: Annotated[
+        int | None, typer.Option(min=1, help="End a session before its prompt exceeds this.")
+    ] = 128_000,
+    prefix_tokens: Annotated[
+        int, typer.Option(min=1, help="Shared system + tools prefix tokens.")
+    ] = 18_000,
+    subagent_rate: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="Chance a user request spawns subagents.")
+    ] = 0.25,
+    endpoint: EndpointOption = "openai.chat",
+) -> None:
+    """Claude Code-like agent sessions (shared prefix, tool loops, subagents)."""
+    params = ClaudeCodeParams(
+        sessions=sessions,
+        seed=seed,
+        user_turns=turns,
+        requests_per_session=requests_per_session,
+        max_context=max_context,
+        prefix_tokens=prefix_tokens,
+        subagent_prefix_tokens=min(8_500, prefix_tokens),
+        subagent_rate=subagent_rate,
+        endpoint=_endpoint(endpoint),
+    )
+    _write(claudecode(params), out)
+
+
+@gen_app.command("chat")
+@handle_errors
+def gen_chat(
+    out: OutArg,
+    requests: Annotated[int, typer.Option(min=1, help="Number of requests.")] = 200,
+    seed: SeedOption = 0,
+    rate_rps: Annotated[float, typer.Option(min=0.001, help="Poisson arrival rate.")] = 2.0,
+    prompt_tokens: Annotated[int, typer.Option(min=1, help="Median prompt tokens.")] = 800,
+    output_tokens: Annotated[int, typer.Option(min=1, help="Median output tokens.")] = 250,
+    system_tokens: Annotated[int, typer.Option(min=0, help="Shared system prompt.")] = 0,
+    endpoint: EndpointOption = "openai.chat",
+) -> None:
+    """Independent chat requests with lognormal lengths and Poisson arrivals."""
+    params = ChatParams(
+        requests=requests,
+        seed=seed,
+        rate_rps=rate_rps,
+        prompt_tokens_median=prompt_tokens,
+        output_tokens_median=output_tokens,
+        system_tokens=system_tokens,
+        endpoint=_endpoint(endpoint),
+    )
+    _write(chat(params), out)
+
+
+@gen_app.command("fixed")
+@handle_errors
+def gen_fixed(
+    out: OutArg,
+    requests: Annotated[int, typer.Option(min=1, help="Number of requests.")] = 64,
+    prompt_tokens: Annotated[int, typer.Option(min=1, help="Prompt tokens each.")] = 512,
+    output_tokens: Annotated[int, typer.Option(min=1, help="Output tokens each.")] = 256,
+    endpoint: EndpointOption = "openai.chat",
+) -> None:
+    """Identical-size independent requests (a hand-run concurrency benchmark)."""
+    workload = fixed(
+        requests=requests,
+        prompt_tokens=prompt_tokens,
+        output_tokens=output_tokens,
+        endpoint=_endpoint(endpoint),
+    )
+    _write(workload, out)

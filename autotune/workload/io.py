@@ -1,0 +1,179 @@
+"""Reading and writing workload files: parse, validate references, write atomically."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import TypeAdapter, ValidationError
+
+from autotune.errors import WorkloadError
+from autotune.workload.schema import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    Header,
+    PrefixRecord,
+    Record,
+    RequestRecord,
+)
+
+_RECORD = TypeAdapter(Record)
+
+
+@dataclass
+class Workload:
+    """A parsed workload file: header, prefixes by id, requests in file order."""
+
+    header: Header
+    prefixes: dict[str, PrefixRecord]
+    requests: list[RequestRecord]
+    digest: str = ""  # sha256 of the file bytes ("" when built in memory)
+    skipped: list[str] = field(default_factory=list)  # "LINE: reason" of dropped lines
+
+    def records(self) -> list[Header | PrefixRecord | RequestRecord]:
+        """Header, then each prefix just before its first use, then requests."""
+        out: list[Header | PrefixRecord | RequestRecord] = [self.header]
+        emitted: set[str] = set()
+        for request in self.requests:
+            if request.prefix is not None and request.prefix not in emitted:
+                out.append(self.prefixes[request.prefix])
+                emitted.add(request.prefix)
+            out.append(request)
+        return out
+
+
+_RECORD_TAGS = {"header", "prefix", "request"}
+_INPUT_TAGS = {"delta", "full", "blocks"}
+
+
+def _field_error(exc: ValidationError) -> str:
+    """``field.path: message`` of the first error, without discriminator tags in the path."""
+    first = exc.errors()[0]
+    parts = [str(part) for part in first["loc"]]
+    if parts and parts[0] in _RECORD_TAGS:
+        parts = parts[1:]
+    if len(parts) > 1 and parts[0] == "input" and parts[1] in _INPUT_TAGS:
+        del parts[1]
+    return f"{'.'.join(parts) or '(root)'}: {first['msg']}"
+
+
+def _check_header(header: Header, where: str) -> None:
+    if header.version != FORMAT_VERSION:
+        raise WorkloadError(
+            f"{where}: version: unsupported {FORMAT_NAME} version {header.version} "
+            f"(this autotune reads version {FORMAT_VERSION})"
+        )
+
+
+def read_workload(path: Path, *, skip_invalid: bool = False) -> Workload:
+    """Parse and validate a workload file.
+
+    Raises WorkloadError("FILE:LINE: field: message"). With ``skip_invalid``,
+    bad request/prefix lines (and requests depending on them) are dropped and
+    listed in ``Workload.skipped``; a bad header is always an error.
+    """
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise WorkloadError(f"{path}: cannot read workload: {exc.strerror}") from exc
+    digest = hashlib.sha256(data).hexdigest()
+    header: Header | None = None
+    prefixes: dict[str, PrefixRecord] = {}
+    requests: dict[str, RequestRecord] = {}
+    skipped: list[str] = []
+    for number, raw in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
+        if not raw.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            record = _parse_line(raw, where)
+            if header is None:
+                if not isinstance(record, Header):
+                    raise WorkloadError(f"{where}: type: the first line must be the header")
+                _check_header(record, where)
+                header = record
+            elif isinstance(record, Header):
+                raise WorkloadError(f"{where}: type: a second header")
+            elif isinstance(record, PrefixRecord):
+                if record.id in prefixes:
+                    raise WorkloadError(f"{where}: id: duplicate prefix id {record.id!r}")
+                prefixes[record.id] = record
+            else:
+                _check_references(record, where, prefixes, requests)
+                requests[record.id] = record
+        except WorkloadError as exc:
+            if header is None or not skip_invalid:
+                raise
+            skipped.append(f"{number}: {str(exc).removeprefix(where + ': ')}")
+    if header is None:
+        raise WorkloadError(f"{path}:1: header: empty workload file")
+    return Workload(header, prefixes, list(requests.values()), digest, skipped)
+
+
+def _parse_line(raw: str, where: str) -> Header | PrefixRecord | RequestRecord:
+    try:
+        obj = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise WorkloadError(f"{where}: (line): invalid JSON: {exc.msg}") from exc
+    if isinstance(obj, dict) and obj.get("type") == "header" and "version" in obj:
+        version = obj["version"]
+        if isinstance(version, int) and version != FORMAT_VERSION:
+            raise WorkloadError(
+                f"{where}: version: unsupported {FORMAT_NAME} version {version} "
+                f"(this autotune reads version {FORMAT_VERSION})"
+            )
+    try:
+        return _RECORD.validate_python(obj)
+    except ValidationError as exc:
+        raise WorkloadError(f"{where}: {_field_error(exc)}") from exc
+
+
+def _check_references(
+    request: RequestRecord,
+    where: str,
+    prefixes: dict[str, PrefixRecord],
+    requests: dict[str, RequestRecord],
+) -> None:
+    if request.id in requests:
+        raise WorkloadError(f"{where}: id: duplicate request id {request.id!r}")
+    if request.prefix is not None and request.prefix not in prefixes:
+        raise WorkloadError(f"{where}: prefix: unknown prefix {request.prefix!r} (define it above)")
+    if request.parent is not None:
+        parent = requests.get(request.parent)
+        if parent is None:
+            raise WorkloadError(
+                f"{where}: parent: unknown request {request.parent!r} (define it above)"
+            )
+        if parent.session != request.session:
+            raise WorkloadError(f"{where}: parent: {request.parent!r} is in another session")
+    for dep in request.dependencies():
+        if dep not in requests:
+            raise WorkloadError(f"{where}: after: unknown request {dep!r} (define it above)")
+
+
+def write_workload(path: Path, records: Iterable[Header | PrefixRecord | RequestRecord]) -> int:
+    """Write records as JSONL atomically (temp file + os.replace); returns bytes written."""
+    lines = [
+        record.model_dump_json(exclude_none=True, exclude_defaults=False) for record in records
+    ]
+    payload = ("\n".join(lines) + "\n").encode()
+    write_atomic(path, payload)
+    return len(payload)
+
+
+def write_atomic(path: Path, payload: bytes) -> None:
+    """Write bytes to ``path`` through a temp file in the same directory."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(payload)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
