@@ -221,6 +221,10 @@ def run_study(spec: StudySpec, *, observer: StudyObserver | None = None) -> optu
         callbacks.append(
             optuna.study.MaxTrialsCallback(spec.n_trials, states=(TrialState.COMPLETE,))
         )
+    if observer is not None:
+        callbacks.append(
+            lambda study, trial: observer.on_trial_end(trial, trial_outcome(trial), study)
+        )
     runner = _TrialRunner(spec, study, engine_version, observer)
     logging.getLogger("optuna").setLevel(logging.ERROR)
     # FAIL trials (our own errors) do not count towards n_trials, but a run of
@@ -283,6 +287,12 @@ class _TrialRunner:
                         observer=self.observer,
                     )
                 )
+        except Exception as exc:
+            # Our own failure, not the server's: FAIL with the reason; samplers forget it.
+            trial.set_user_attr("outcome", "error")
+            trial.set_user_attr("error", f"{type(exc).__name__}: {exc}"[:2000])
+            trial.set_user_attr("config", config.model_dump(mode="json"))
+            raise
         except KeyboardInterrupt:
             trial.set_user_attr("outcome", Outcome.INTERRUPTED.value)
             trial.set_user_attr("config", config.model_dump(mode="json"))
@@ -363,6 +373,16 @@ class _TrialRunner:
             else:
                 values.append(0.0 if direction == "maximize" else _no_data_latency(self.spec))
         return values
+
+
+def trial_outcome(trial: FrozenTrial) -> str:
+    """The outcome class of a stored trial (FAIL without one: interrupted or our own error)."""
+    outcome = trial.user_attrs.get("outcome")
+    if outcome:
+        return str(outcome)
+    if trial.state == TrialState.FAIL:
+        return Outcome.INTERRUPTED.value  # killed mid-trial: recovered as stale
+    return trial.state.name.lower()
 
 
 def _no_data_latency(spec: StudySpec) -> float:

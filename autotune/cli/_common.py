@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import sys
 from collections.abc import Callable
 from typing import Annotated, ParamSpec, TypeVar
@@ -12,7 +13,7 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, InputError
 
 DEFAULT_STORAGE = "sqlite:///studies/autotune.db"
 
@@ -63,10 +64,22 @@ def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
         except (AutotuneError, ValidationError) as exc:
             if os.environ.get("AUTOTUNE_DEBUG"):
                 raise
-            message = (
-                format_validation_error(exc) if isinstance(exc, ValidationError) else str(exc)
-            )
+            message = format_validation_error(exc) if isinstance(exc, ValidationError) else str(exc)
             error_console().print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
             sys.exit(2)
 
     return wrapper
+
+
+_DURATION = re.compile(r"^(?P<value>\d+(?:\.\d+)?)\s*(?P<unit>ms|s|m|h|d)?$")
+_DURATION_S = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+
+def parse_duration(text: str | None, *, option: str) -> float | None:
+    """``"8h"``, ``"30m"``, ``"90s"``, ``"250ms"`` or plain seconds -> seconds (None stays None)."""
+    if text is None:
+        return None
+    match = _DURATION.match(text.strip())
+    if match is None:
+        raise InputError(f"{option} {text!r}: expected a duration such as 90s, 30m or 8h")
+    return float(match["value"]) * _DURATION_S[match["unit"]]

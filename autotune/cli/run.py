@@ -1,9 +1,289 @@
-"""Placeholder: filled in by its owner."""
+"""`autotune run`, `try`, `show` and `studies`: the study loop's commands."""
 
 from __future__ import annotations
 
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import optuna
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from autotune.cli._common import (
+    StorageOption,
+    StudyOption,
+    console,
+    handle_errors,
+    parse_duration,
+)
+from autotune.engines import kill_all_servers
+from autotune.errors import InputError
+from autotune.objective import METRIC_NAMES, ObjectiveName
+from autotune.progress import RichProgress
+from autotune.replay.load import LoadSpec
+from autotune.run_setup import RunOptions, prepare_study
+from autotune.study import completed_count, open_storage, run_study
+from autotune.study_reader import LoadedStudy, TrialRow, load_study, study_names
+
+Workload = Annotated[Path, typer.Option("--workload", "-w", help="Workload JSONL file.")]
+Mode = Annotated[str, typer.Option("--mode", help="Load mode: sessions, concurrency or trace.")]
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the root app."""
+    """Add run, try, show and studies to the root app."""
+    app.command("run")(run)
+    app.command("show")(show)
+    app.command("studies")(studies)
+
+
+def _load_spec(
+    mode: str,
+    concurrency: int,
+    duration: str | None,
+    max_requests: int | None,
+    timing_scale: float,
+    max_gap: str | None,
+    warmup: int,
+) -> LoadSpec:
+    return LoadSpec(
+        mode=mode,  # type: ignore[arg-type]  # pydantic validates the literal
+        concurrency=concurrency,
+        duration_s=parse_duration(duration, option="--duration"),
+        max_requests=max_requests,
+        timing_scale=timing_scale,
+        max_gap_s=parse_duration(max_gap, option="--max-gap"),
+        warmup_requests=warmup,
+    )
+
+
+@handle_errors
+def run(
+    workload: Workload,
+    model: Annotated[str, typer.Option("--model", help="Catalog name (sim) or path/id.")],
+    objective: Annotated[
+        str, typer.Option("--objective", help="throughput, goodput, latency, or a comma list.")
+    ] = "throughput",
+    engine: Annotated[str, typer.Option("--engine", help="sim or vllm.")] = "sim",
+    hardware: Annotated[
+        str | None, typer.Option("--hardware", help="GPU catalog name (sim; pre-screen).")
+    ] = None,
+    trials: Annotated[int, typer.Option("--trials", help="COMPLETE trials to reach.")] = 20,
+    timeout: Annotated[str | None, typer.Option("--timeout", help="Stop after, e.g. 8h.")] = None,
+    trial_timeout: Annotated[
+        str | None, typer.Option("--trial-timeout", help="Give up one trial after, e.g. 30m.")
+    ] = None,
+    startup_timeout: Annotated[
+        str, typer.Option("--startup-timeout", help="Server start limit.")
+    ] = "15m",
+    space: Annotated[
+        Path | None, typer.Option("--space", help="Search-space YAML (default: per model).")
+    ] = None,
+    storage: StorageOption = "sqlite:///studies/autotune.db",
+    study: StudyOption = None,
+    sampler: Annotated[str, typer.Option("--sampler", help="gp, tpe, random or grid.")] = "gp",
+    seed: Annotated[int | None, typer.Option("--seed")] = None,
+    slo: Annotated[
+        list[str] | None, typer.Option("--slo", help="e.g. ttft_p95<=2s (repeatable).")
+    ] = None,
+    max_error_rate: Annotated[float, typer.Option("--max-error-rate")] = 0.0,
+    mode: Mode = "sessions",
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", help="Sessions (or requests) in flight.")
+    ] = 8,
+    duration: Annotated[str | None, typer.Option("--duration", help="Replay budget.")] = None,
+    max_requests: Annotated[int | None, typer.Option("--max-requests")] = None,
+    timing_scale: Annotated[
+        float, typer.Option("--timing-scale", help="Divide recorded gaps by this.")
+    ] = 1.0,
+    max_gap: Annotated[str | None, typer.Option("--max-gap", help="Cap think/tool gaps.")] = "60s",
+    warmup: Annotated[int, typer.Option("--warmup", help="Completions left out of stats.")] = 0,
+    time_scale: Annotated[
+        float, typer.Option("--time-scale", help="Simulator speed-up over modelled time.")
+    ] = 20.0,
+    noise: Annotated[float, typer.Option("--noise", help="Simulator step-time noise.")] = 0.0,
+    sim_model: Annotated[
+        str | None,
+        typer.Option("--sim-model", help="Catalog model to pre-screen a real engine."),
+    ] = None,
+    vllm_executable: Annotated[str, typer.Option("--vllm-executable")] = "vllm",
+    heartbeat_interval: Annotated[int, typer.Option("--heartbeat-interval", hidden=True)] = 10,
+) -> None:
+    """Tune: propose configs, launch, replay, score; resume by running the same command again."""
+    options = RunOptions(
+        objective=objective,
+        workload=workload,
+        engine=engine,
+        model=model,
+        hardware=hardware,
+        sim_model=sim_model,
+        space=space,
+        storage=storage,
+        study=study,
+        trials=trials,
+        timeout_s=parse_duration(timeout, option="--timeout"),
+        trial_timeout_s=parse_duration(trial_timeout, option="--trial-timeout"),
+        startup_timeout_s=parse_duration(startup_timeout, option="--startup-timeout"),
+        sampler=sampler,
+        seed=seed,
+        slos=slo or [],
+        max_error_rate=max_error_rate,
+        load=_load_spec(mode, concurrency, duration, max_requests, timing_scale, max_gap, warmup),
+        time_scale=time_scale,
+        noise=noise,
+        vllm_executable=vllm_executable,
+        heartbeat_interval_s=heartbeat_interval,
+    )
+    spec = prepare_study(options)
+    out = console()
+    storage_obj = open_storage(spec.storage_url)
+    done = 0
+    if spec.name in study_names(spec.storage_url):
+        done = completed_count(optuna.load_study(study_name=spec.name, storage=storage_obj))
+        out.print(f"Resuming study [bold]{spec.name}[/bold]: {done} trials complete.")
+    else:
+        out.print(f"Study [bold]{spec.name}[/bold] ({spec.engine.name}, {spec.space.name} space)")
+    first = spec.goal.objectives[0]
+    progress = RichProgress(
+        out,
+        n_trials=spec.n_trials,
+        already_done=done,
+        metric=METRIC_NAMES[first],
+        maximize=spec.goal.directions[0] == "maximize",
+    )
+    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    try:
+        with progress:
+            run_study(spec, observer=progress)
+    except KeyboardInterrupt:
+        kill_all_servers()
+        out.print(
+            "[yellow]Interrupted[/yellow]: the running trial is recorded as interrupted; "
+            "run the same command again to resume."
+        )
+        _print_summary(load_study(spec.storage_url, spec.name), out)
+        sys.exit(130)
+    _print_summary(load_study(spec.storage_url, spec.name), out)
+
+
+def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _print_summary(loaded: LoadedStudy, out: Console) -> None:
+    try:
+        best = loaded.best()
+    except InputError:
+        out.print("[red]No feasible configuration yet[/red] (see `autotune show`).")
+        return
+    metric = METRIC_NAMES[ObjectiveName(loaded.info.primary_objective)]
+    value = best.values[0] if best.values else float("nan")
+    gain = loaded.gain_over_baseline(best)
+    gain_text = f", {gain:.2f}x the baseline" if gain else ""
+    out.print(
+        f"\n[bold green]Best: trial {best.number}[/bold green]: {value:,.1f} {metric}{gain_text}"
+    )
+    if best.config is not None:
+        out.print(
+            "  vllm serve " + " ".join(best.config.vllm_args()), soft_wrap=True, highlight=False
+        )
+    out.print(f"  export it: autotune export --study '{loaded.name}'")
+
+
+@handle_errors
+def show(
+    storage: StorageOption = "sqlite:///studies/autotune.db",
+    study: StudyOption = None,
+    limit: Annotated[int | None, typer.Option("--limit", help="Show the first N rows.")] = None,
+) -> None:
+    """The trials of a study, best first: flags, outcome, score, margins, server stats."""
+    loaded = load_study(storage, study)
+    out = console()
+    metric = METRIC_NAMES[ObjectiveName(loaded.info.primary_objective)]
+    table = Table(title=f"{loaded.name} ({loaded.info.engine}, {loaded.info.gpu_name})")
+    table.add_column("#", justify="right")
+    table.add_column("outcome")
+    table.add_column(metric, justify="right")
+    param_names = sorted({name for row in loaded.trials for name in row.params})
+    for name in param_names:
+        table.add_column(name, justify="right")
+    table.add_column("worst margin", justify="right")
+    table.add_column("KV tokens", justify="right")
+    table.add_column("peak run", justify="right")
+    table.add_column("prefix hit", justify="right")
+    table.add_column("preempt", justify="right")
+    rows = sorted(loaded.trials, key=lambda row: _show_order(loaded, row))
+    for row in rows[:limit]:
+        table.add_row(*_show_cells(row, param_names))
+    out.print(table)
+
+
+def _show_order(loaded: LoadedStudy, row: TrialRow) -> tuple[int, float, int]:
+    if row.feasible and row.measured:
+        return (0, -loaded.primary_key(row), row.number)
+    if row.measured:
+        return (1, -loaded.primary_key(row), row.number)
+    return (2, 0.0, row.number)
+
+
+def _show_cells(row: TrialRow, param_names: list[str]) -> list[str]:
+    outcome = row.outcome or ("interrupted" if row.state == "FAIL" else row.state.lower())
+    if row.is_baseline:
+        outcome += " (baseline)"
+    style = "green" if row.feasible and row.measured else "red" if row.is_oom else "yellow"
+    value = f"{row.values[0]:,.1f}" if row.values and row.measured else "-"
+    worst = max(row.constraints.items(), key=lambda item: item[1]) if row.constraints else None
+    stats = row.server_stats
+    hit = stats.prefix_cache_hit_rate if stats else None
+    return [
+        str(row.number),
+        f"[{style}]{outcome}[/{style}]",
+        value,
+        *(_cell(row.params.get(name)) for name in param_names),
+        f"{worst[0]} {worst[1]:+.2f}" if worst else "-",
+        _cell(row.kv_cache_tokens),
+        _cell(row.concurrency_reached),
+        f"{100 * hit:.1f}%" if hit is not None else "-",
+        _cell(stats.preemptions if stats else None),
+    ]
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.2f}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return str(value)
+
+
+@handle_errors
+def studies(storage: StorageOption = "sqlite:///studies/autotune.db") -> None:
+    """The studies in a storage, with trial counts and best values."""
+    out = console()
+    table = Table(title=f"studies in {storage}")
+    for column in ("study", "engine", "hardware", "trials", "complete", "best", "gain"):
+        table.add_column(column, justify="right" if column in ("trials", "complete") else "left")
+    for name in study_names(storage):
+        loaded = load_study(storage, name)
+        complete = sum(1 for row in loaded.trials if row.state == "COMPLETE")
+        try:
+            best = loaded.best()
+            metric = METRIC_NAMES[ObjectiveName(loaded.info.primary_objective)]
+            best_text = f"{best.values[0]:,.1f} {metric} (#{best.number})" if best.values else "-"
+            gain = loaded.gain_over_baseline(best)
+        except InputError:
+            best_text, gain = "-", None
+        table.add_row(
+            name,
+            loaded.info.engine or "-",
+            loaded.info.gpu_name,
+            str(len(loaded.trials)),
+            str(complete),
+            best_text,
+            f"{gain:.2f}x" if gain else "-",
+        )
+    out.print(table)

@@ -1,0 +1,64 @@
+"""Memory pre-screen: ask the simulator's memory model before launching a config.
+
+A config the model says cannot start is scored as ``predicted-oom`` without a
+launch (minutes saved on real hardware). For real engines only a clear miss
+counts (``certain_above``): the model is an estimate there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+
+from autotune.errors import InputError
+from autotune.sim.flags import parse_serve_args
+from autotune.sim.hardware import get_gpu
+from autotune.sim.memory import plan_memory
+from autotune.sim.models import get_model
+from autotune.trial import MemoryEstimate, Prescreen
+from autotune.trial_config import TrialConfig
+
+
+def make_prescreen(*, hardware: str, sim_model: str, certain_above: float = 0.0) -> Prescreen:
+    """A pre-screen for ``sim_model`` (catalog name) on ``hardware`` (catalog name).
+
+    ``certain_above``: the memory margin (needed / available - 1) past which a
+    predicted OOM is taken as certain; below it the config is launched anyway.
+    Raises InputError when either name is not in the catalogs.
+    """
+    get_gpu(hardware)
+    get_model(sim_model)
+
+    def check(config: TrialConfig) -> MemoryEstimate | None:
+        argv = [sim_model, *config.vllm_args()[1:], "--hardware", hardware]
+        try:
+            with contextlib.redirect_stderr(io.StringIO()):
+                args = parse_serve_args(argv)
+        except SystemExit:
+            return None  # flags the simulator does not model: no opinion
+        report = plan_memory(args.sim)
+        margin = memory_margin(report.headroom_bytes, report.visible_bytes, fits=report.fits)
+        fits = report.fits or margin <= certain_above
+        return MemoryEstimate(fits=fits, margin=margin, report=report.model_dump(mode="json"))
+
+    return check
+
+
+def memory_margin(headroom_bytes: int, visible_bytes: int, *, fits: bool) -> float:
+    """needed / available - 1: negative with headroom to spare, positive when over."""
+    margin = -headroom_bytes / visible_bytes
+    if not fits:
+        return max(margin, 0.01)
+    return min(margin, -0.001)
+
+
+def try_prescreen(
+    *, hardware: str | None, sim_model: str | None, certain_above: float
+) -> Prescreen | None:
+    """A pre-screen when both names are in the simulator's catalogs, else None."""
+    if hardware is None or sim_model is None:
+        return None
+    try:
+        return make_prescreen(hardware=hardware, sim_model=sim_model, certain_above=certain_above)
+    except InputError:
+        return None

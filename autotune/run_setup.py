@@ -1,0 +1,126 @@
+"""From `autotune run` options to a StudySpec: read the inputs once, at the edge."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from autotune.engines import make_engine
+from autotune.errors import InputError
+from autotune.objective import Goal, parse_objectives, parse_slos
+from autotune.prescreen import try_prescreen
+from autotune.replay.load import LoadSpec
+from autotune.space import default_space_path, load_space
+from autotune.study import SAMPLERS, StudySpec, default_study_name
+from autotune.workload import load_plan
+
+# Above this memory margin a real engine's config is taken as a certain OOM
+# without launching it (the memory model is an estimate for real hardware).
+REAL_ENGINE_CERTAIN_OOM_MARGIN = 0.10
+
+
+class RunOptions(BaseModel):
+    """Everything `autotune run` accepts, validated."""
+
+    model_config = ConfigDict(frozen=True)
+
+    objective: str = "throughput"
+    workload: Path
+    engine: str = "sim"
+    model: str
+    hardware: str | None = None  # simulator GPU (catalog name); pre-screen for real engines
+    sim_model: str | None = None  # catalog model for the pre-screen of a real engine
+    space: Path | None = None
+    storage: str
+    study: str | None = None
+    trials: int | None = Field(default=20, ge=1)
+    timeout_s: float | None = None
+    trial_timeout_s: float | None = None
+    startup_timeout_s: float = 900.0
+    sampler: str = "gp"
+    seed: int | None = None
+    slos: list[str] = Field(default_factory=list)
+    max_error_rate: float = Field(default=0.0, ge=0.0, le=1.0)
+    load: LoadSpec = LoadSpec()
+    time_scale: float = Field(default=20.0, gt=0)
+    noise: float = Field(default=0.0, ge=0)
+    vllm_executable: str = "vllm"
+    artifacts_dir: Path | None = None
+    heartbeat_interval_s: int = Field(default=10, ge=1)
+
+
+def prepare_study(options: RunOptions) -> StudySpec:
+    """Validate and load everything a study needs; raises InputError subclasses."""
+    goal = Goal(
+        objectives=parse_objectives(options.objective),
+        slos=parse_slos(options.slos),
+        max_error_rate=options.max_error_rate,
+    )
+    if options.sampler not in SAMPLERS:
+        raise InputError(
+            f"--sampler: unknown sampler {options.sampler!r} (known: gp, tpe, random, grid)"
+        )
+    if not options.workload.exists():
+        raise InputError(f"--workload {options.workload}: no such file")
+    space_path = options.space or default_space_path(options.model)
+    space = load_space(space_path)
+    plan = load_plan(options.workload)
+    if options.engine == "sim":
+        if options.hardware is None:
+            raise InputError("--hardware is required with --engine sim (e.g. rtx4080s-32g)")
+        engine = make_engine(
+            "sim",
+            hardware=options.hardware,
+            time_scale=options.time_scale,
+            seed=options.seed or 0,
+            noise=options.noise,
+        )
+        prescreen = try_prescreen(
+            hardware=options.hardware, sim_model=options.model, certain_above=0.0
+        )
+        gpu = options.hardware
+    elif options.engine == "vllm":
+        engine = make_engine("vllm", executable=options.vllm_executable)
+        prescreen = try_prescreen(
+            hardware=options.hardware,
+            sim_model=options.sim_model,
+            certain_above=REAL_ENGINE_CERTAIN_OOM_MARGIN,
+        )
+        gpu = options.hardware or engine.hardware().gpu_name.replace(" ", "-").lower()
+    else:
+        raise InputError(f"--engine: unknown engine {options.engine!r} (known: sim, vllm)")
+    name = options.study or default_study_name(
+        options.model, gpu, plan.name, [o.value for o in goal.objectives]
+    )
+    artifacts = options.artifacts_dir or _artifacts_dir(options.storage)
+    return StudySpec(
+        name=name,
+        storage_url=options.storage,
+        space=space,
+        space_path=space_path,
+        goal=goal,
+        model=options.model,
+        engine=engine,
+        plan=plan,
+        workload_path=options.workload,
+        load=options.load,
+        n_trials=options.trials,
+        timeout_s=options.timeout_s,
+        trial_timeout_s=options.trial_timeout_s,
+        startup_timeout_s=options.startup_timeout_s,
+        sampler=options.sampler,
+        seed=options.seed,
+        prescreen=prescreen,
+        artifacts_dir=artifacts,
+        runs_dir=artifacts.parent / "runs",
+        heartbeat_interval_s=options.heartbeat_interval_s,
+    )
+
+
+def _artifacts_dir(storage_url: str) -> Path:
+    """Beside the SQLite file when the storage is one, else ./studies/artifacts."""
+    if storage_url.startswith("sqlite:///"):
+        db = Path(storage_url.removeprefix("sqlite:///"))
+        return db.parent / "artifacts"
+    return Path("studies/artifacts")
