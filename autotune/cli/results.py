@@ -1,9 +1,142 @@
-"""Placeholder: filled in by its owner."""
+"""Commands on finished studies: export, compare, report, explain, dashboard."""
 
 from __future__ import annotations
 
+import shlex
+import subprocess
+from pathlib import Path
+from typing import Annotated
+
+import optuna
 import typer
+
+from autotune import compare as compare_mod
+from autotune import export as export_mod
+from autotune import report as report_mod
+from autotune.cli._common import (
+    DEFAULT_STORAGE,
+    StorageOption,
+    StudyOption,
+    console,
+    error_console,
+    handle_errors,
+)
+from autotune.errors import InputError
+from autotune.explain import explain as explain_study
+from autotune.study_reader import dashboard_argv, load_study
+
+
+@handle_errors
+def export(
+    storage: StorageOption = DEFAULT_STORAGE,
+    study: StudyOption = None,
+    trial: Annotated[
+        int | None, typer.Option("--trial", help="Export this trial number, not the best.")
+    ] = None,
+    fmt: Annotated[
+        str, typer.Option("--format", help="shell (a vllm serve line), yaml (--config), json.")
+    ] = "shell",
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write to this file instead of stdout.")
+    ] = None,
+    slo: Annotated[
+        list[str] | None,
+        typer.Option("--slo", help="Pick the best trial meeting this SLO, e.g. ttft_p95<=2s."),
+    ] = None,
+) -> None:
+    """Export the best configuration (or --trial N) as a command, a YAML config, or JSON."""
+    _quiet_optuna()
+    if fmt not in export_mod.EXPORT_FORMATS:
+        raise InputError(
+            f"--format {fmt!r}: expected one of {', '.join(export_mod.EXPORT_FORMATS)}"
+        )
+    if trial is not None and slo:
+        raise InputError("--trial and --slo choose a trial in two ways: give one of them")
+    loaded = load_study(storage, study)
+    row = export_mod.select_trial(loaded, number=trial, slos=slo)
+    text = export_mod.render(loaded, row, fmt)  # type: ignore[arg-type]  # checked above
+    if out is None:
+        typer.echo(text, nl=False)
+        return
+    if fmt == "yaml" and out.suffix not in (".yaml", ".yml"):
+        raise InputError(f"--out {out}: vllm serve --config needs a .yaml or .yml file")
+    out.write_text(text)
+    error_console().print(f"wrote {out} (trial {row.number} of study {loaded.name!r})")
+
+
+@handle_errors
+def explain(storage: StorageOption = DEFAULT_STORAGE, study: StudyOption = None) -> None:
+    """Explain, from the measured trials, why the best config wins and where OOM begins."""
+    _quiet_optuna()
+    loaded = load_study(storage, study)
+    out = console()
+    out.print(f"[bold]Study {loaded.name}[/bold]: {loaded.info.model} on {loaded.info.gpu_name}")
+    for section in explain_study(loaded):
+        out.print(f"\n[bold]{section.title}[/bold]")
+        for sentence in section.sentences:
+            out.print(f"  {sentence}", highlight=False)
+
+
+@handle_errors
+def report(
+    storage: StorageOption = DEFAULT_STORAGE,
+    study: StudyOption = None,
+    out: Annotated[Path, typer.Option("--out", help="The HTML file to write.")] = Path(
+        "report.html"
+    ),
+) -> None:
+    """Write a self-contained HTML report (plots inlined; opens with no network)."""
+    _quiet_optuna()
+    loaded = load_study(storage, study)
+    out.write_text(report_mod.render_report(loaded))
+    console().print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB) for study {loaded.name!r}")
+
+
+@handle_errors
+def compare(
+    studies: Annotated[list[str], typer.Argument(help="Study names to compare.")],
+    storage: StorageOption = DEFAULT_STORAGE,
+    price: Annotated[
+        list[str] | None,
+        typer.Option("--price", help="GPU=USD_PER_HOUR, e.g. rtx4080s-32g=0.35 (repeatable)."),
+    ] = None,
+) -> None:
+    """One table across studies: best config, throughput, latency, KV tokens, tok/s per $."""
+    _quiet_optuna()
+    prices = compare_mod.parse_prices(price or [])
+    rows = compare_mod.compare_rows([load_study(storage, name) for name in studies], prices=prices)
+    console().print(compare_mod.comparison_table(rows))
+
+
+@handle_errors
+def dashboard(
+    storage: StorageOption = DEFAULT_STORAGE,
+    artifact_dir: Annotated[
+        Path, typer.Option("--artifact-dir", help="Where trial artifacts (logs, CSVs) live.")
+    ] = Path("studies/artifacts"),
+    print_only: Annotated[
+        bool, typer.Option("--print", help="Print the command instead of running it.")
+    ] = False,
+) -> None:
+    """Open the studies in optuna-dashboard (server logs and request CSVs as artifacts)."""
+    _quiet_optuna()
+    argv = dashboard_argv(storage, artifact_dir=artifact_dir)
+    if print_only:
+        typer.echo(shlex.join(argv))
+        return
+    error_console().print(f"running: {shlex.join(argv)}")
+    raise typer.Exit(subprocess.call(argv))
+
+
+def _quiet_optuna() -> None:
+    """Our commands print their own output; Optuna's INFO lines would interleave."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the root app."""
+    app.command()(export)
+    app.command()(compare)
+    app.command()(report)
+    app.command()(explain)
+    app.command()(dashboard)

@@ -1,0 +1,337 @@
+"""Plain-words explanations computed from a study's trials: nothing here is canned.
+
+Each function returns sentences built from measured figures: what the best
+config gained over the baseline and through which flags, which flags did not
+matter (Optuna's parameter importances over the measured trials), and where
+out-of-memory began along each numeric flag.
+"""
+
+from __future__ import annotations
+
+import statistics
+import warnings
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import optuna
+from pydantic import BaseModel, ConfigDict
+
+from autotune.study_reader import OOM_OUTCOMES, LoadedStudy, TrialRow
+
+GIB = 1 << 30
+UNIMPORTANT_SHARE = 0.05  # a parameter with under 5% of the importance "did not matter"
+LOW_CONCURRENCY_REQUESTS = 8  # the field notes' split for where MTP pays off
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    title: str
+    sentences: tuple[str, ...]
+
+
+def format_flag_value(name: str, value: Any) -> str:
+    """A flag value for people: byte counts in GiB, dicts compact."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if name.endswith("-bytes") and isinstance(value, int | float):
+        return f"{value / GIB:.1f} GiB"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items())
+    return str(value)
+
+
+def mtp_tokens(row: TrialRow) -> int:
+    """Speculative tokens per step (0: no speculative decoding)."""
+    spec = row.flags.get("speculative-config")
+    if isinstance(spec, dict):
+        return int(spec.get("num_speculative_tokens") or 0)
+    return 0
+
+
+def kv_pool_gib(row: TrialRow) -> float | None:
+    value = row.flags.get("kv-cache-memory-bytes")
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return value / GIB
+    return row.startup.kv_cache_gib if row.startup else None
+
+
+def measured_study(loaded: LoadedStudy, *, feasible_only: bool = True) -> optuna.Study:
+    """An in-memory copy holding only measured trials, so placeholder values do not count."""
+    copy = optuna.create_study(directions=loaded.study.directions)
+    rows = loaded.feasible_measured() if feasible_only else loaded.trials
+    keep = {row.number for row in rows if row.measured and row.values}
+    copy.add_trials([t for t in loaded.study.get_trials(deepcopy=False) if t.number in keep])
+    return copy
+
+
+def param_importances(loaded: LoadedStudy) -> dict[str, float]:
+    """Optuna's importances (PED-ANOVA) over measured feasible trials, first objective."""
+    study = measured_study(loaded)
+    if len(study.trials) < 2:
+        return {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # too few trials above the quantile: still usable
+        try:
+            return optuna.importance.get_param_importances(study, target=lambda t: t.values[0])
+        except (ValueError, RuntimeError):  # e.g. every parameter held one value
+            return {}
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}x" if b else "n/a"
+
+
+def outcome_sentences(loaded: LoadedStudy) -> list[str]:
+    counts = Counter(row.outcome or row.state.lower() for row in loaded.trials)
+    parts = [f"{n} {outcome}" for outcome, n in counts.most_common()]
+    oom = sum(n for outcome, n in counts.items() if outcome in OOM_OUTCOMES)
+    sentences = [f"{len(loaded.trials)} trials: {', '.join(parts)}."]
+    if oom:
+        sentences.append(f"{oom} of them ran out of GPU memory (or were predicted to).")
+    return sentences
+
+
+def headline_sentences(loaded: LoadedStudy, best: TrialRow) -> list[str]:
+    objective = loaded.info.primary_objective
+    value = best.values[0] if best.values else float("nan")
+    sentence = f"The best config is trial {best.number}: {objective} {value:,.2f}"
+    baseline = loaded.baseline()
+    gain = loaded.gain_over_baseline(best)
+    if baseline is None:
+        return [sentence + "; the study has no baseline trial to compare with."]
+    if gain is None:
+        return [
+            sentence + f"; the baseline (trial {baseline.number}) ended {baseline.outcome} "
+            "and produced no measurement to compare with."
+        ]
+    base_value = baseline.values[0] if baseline.values else float("nan")
+    return [
+        sentence + f", {gain:.2f}x the baseline's {base_value:,.2f} (trial {baseline.number}), "
+        "measured."
+    ]
+
+
+def _capacity_sentences(best: TrialRow, baseline: TrialRow) -> list[str]:
+    sentences: list[str] = []
+    dtype_best = best.flags.get("kv-cache-dtype", "auto")
+    dtype_base = baseline.flags.get("kv-cache-dtype", "auto")
+    gib_best, gib_base = kv_pool_gib(best), kv_pool_gib(baseline)
+    tokens_best, tokens_base = best.kv_cache_tokens, baseline.kv_cache_tokens
+    if gib_best and gib_base and tokens_best and tokens_base:
+        per_gib_best, per_gib_base = tokens_best / gib_best, tokens_base / gib_base
+        if dtype_best != dtype_base:
+            sentences.append(
+                f"KV cache dtype {dtype_best} stored {per_gib_best:,.0f} tokens per GiB against "
+                f"{per_gib_base:,.0f} with {dtype_base} ({_ratio(per_gib_best, per_gib_base)})."
+            )
+        if abs(gib_best - gib_base) > 0.05:
+            sentences.append(f"The KV pool went from {gib_base:.1f} GiB to {gib_best:.1f} GiB.")
+    if tokens_best and tokens_base and tokens_best != tokens_base:
+        reach = ""
+        if best.concurrency_reached is not None and baseline.concurrency_reached is not None:
+            reach = (
+                f", which let {best.concurrency_reached} requests run at once against "
+                f"{baseline.concurrency_reached} for the baseline"
+            )
+        sentences.append(
+            f"KV capacity went from {tokens_base:,} to {tokens_best:,} tokens "
+            f"({_ratio(tokens_best, tokens_base)}){reach}."
+        )
+    cap = best.flags.get("max-num-seqs")
+    if isinstance(cap, int) and best.concurrency_reached is not None:
+        if best.concurrency_reached >= cap:
+            sentences.append(f"max-num-seqs {cap} was the limit: all {cap} slots were in use.")
+        else:
+            sentences.append(
+                f"max-num-seqs {cap} was not the limit: at most {best.concurrency_reached} "
+                "requests ran at once (KV capacity or the offered load held it lower)."
+            )
+    return sentences
+
+
+def _mean(values: Iterable[float]) -> float | None:
+    values = list(values)
+    return statistics.fmean(values) if values else None
+
+
+def mtp_sentences(loaded: LoadedStudy, best: TrialRow) -> list[str]:
+    """Where speculative decoding paid off, per running request, split by concurrency."""
+    rows = [r for r in loaded.trials if r.measured and r.throughput_tok_s and r.concurrency_reached]
+    if not any(mtp_tokens(r) for r in rows) or all(mtp_tokens(r) for r in rows):
+        return []
+    sentences = []
+    split = LOW_CONCURRENCY_REQUESTS
+    for label, keep in (
+        (f"at {split} or fewer running requests", lambda r: r.concurrency_reached <= split),
+        (f"above {split} running requests", lambda r: r.concurrency_reached > split),
+    ):
+        with_mtp = _mean(_per_request(r) for r in rows if keep(r) and mtp_tokens(r))
+        without = _mean(_per_request(r) for r in rows if keep(r) and not mtp_tokens(r))
+        if with_mtp and without:
+            verdict = "paid off" if with_mtp > without else "did not pay off"
+            sentences.append(
+                f"MTP {verdict} {label}: trials with it made {with_mtp:,.1f} output tok/s per "
+                f"running request against {without:,.1f} without ({_ratio(with_mtp, without)})."
+            )
+    k = mtp_tokens(best)
+    stats = best.server_stats
+    if k and stats and stats.spec_decode_acceptance_rate is not None:
+        sentences.append(
+            f"The best config drafts {k} token(s) per step; "
+            f"{stats.spec_decode_acceptance_rate:.0%} of drafts were accepted."
+        )
+    elif not k:
+        sentences.append("The best config runs without speculative decoding.")
+    return sentences
+
+
+def _per_request(row: TrialRow) -> float:
+    return (row.throughput_tok_s or 0.0) / max(1, row.concurrency_reached or 1)
+
+
+def changed_flag_sentences(best: TrialRow, baseline: TrialRow) -> list[str]:
+    names = [
+        n for n in {**baseline.flags, **best.flags} if best.flags.get(n) != baseline.flags.get(n)
+    ]
+    if not names:
+        return ["The best config launches with the same flags as the baseline."]
+    changes = [
+        f"{name} {format_flag_value(name, baseline.flags.get(name))} -> "
+        f"{format_flag_value(name, best.flags.get(name))}"
+        for name in names
+    ]
+    return [f"Against the baseline it changes: {'; '.join(changes)}."]
+
+
+def prefix_cache_sentences(best: TrialRow) -> list[str]:
+    stats = best.server_stats
+    if stats is None or stats.prefix_cache_hit_rate is None:
+        return []
+    rate = stats.prefix_cache_hit_rate
+    if rate > 0:
+        return [f"The prefix cache served {rate:.0%} of prompt tokens."]
+    if best.flags.get("enable-prefix-caching") is False:
+        return ["Prefix cache hit rate was 0%: prefix caching is switched off in this config."]
+    return [
+        "Prefix cache hit rate was 0% although prefix caching is on: the workload shares no "
+        "prefix across requests, or the cache evicted it before reuse."
+    ]
+
+
+def importance_sentences(loaded: LoadedStudy) -> list[str]:
+    importances = param_importances(loaded)
+    measured = len(loaded.feasible_measured())
+    if not importances:
+        return [f"Too few measured trials ({measured}) to rank the flags by importance."]
+    ranked = sorted(importances.items(), key=lambda item: -item[1])
+    top = ", ".join(f"{name} {share:.0%}" for name, share in ranked if share >= UNIMPORTANT_SHARE)
+    sentences = [f"Importance over {measured} measured trials: {top}."]
+    minor = [name for name, share in ranked if share < UNIMPORTANT_SHARE]
+    if minor:
+        sentences.append(
+            f"Did not matter (under {UNIMPORTANT_SHARE:.0%} each): {', '.join(minor)}."
+        )
+    return sentences
+
+
+def _numeric_flags(rows: list[TrialRow]) -> list[str]:
+    names: dict[str, set[float]] = {}
+    for row in rows:
+        for name, value in row.flags.items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                names.setdefault(name, set()).add(float(value))
+    return [name for name, seen in names.items() if len(seen) > 1]
+
+
+def _boundary(rows: list[TrialRow], name: str) -> tuple[TrialRow, TrialRow] | None:
+    """(largest value that fitted, smallest that OOMed), when they separate cleanly."""
+    with_value = [r for r in rows if isinstance(r.flags.get(name), int | float)]
+    fitted = [r for r in with_value if not r.is_oom]
+    oomed = [r for r in with_value if r.is_oom]
+    if not fitted or not oomed:
+        return None
+    top_fit = max(fitted, key=lambda r: r.flags[name])
+    low_oom = min(oomed, key=lambda r: r.flags[name])
+    return (top_fit, low_oom) if top_fit.flags[name] < low_oom.flags[name] else None
+
+
+def _boundary_text(name: str, pair: tuple[TrialRow, TrialRow]) -> str:
+    fit, oom = pair
+    return (
+        f"between {format_flag_value(name, fit.flags[name])} (largest that fitted, "
+        f"trial {fit.number}) and {format_flag_value(name, oom.flags[name])} "
+        f"(smallest that ran out of memory, trial {oom.number}, {oom.outcome})"
+    )
+
+
+GROUPINGS: dict[str, Callable[[TrialRow], str]] = {
+    "MTP": lambda r: f"MTP {mtp_tokens(r)}" if mtp_tokens(r) else "no MTP",
+    "KV dtype": lambda r: f"KV dtype {r.flags.get('kv-cache-dtype', 'auto')}",
+}
+
+
+def oom_sentences(loaded: LoadedStudy) -> list[str]:
+    """Where OOM began along each numeric flag, split by MTP or dtype when that separates it."""
+    rows = [r for r in loaded.trials if r.config is not None and r.outcome is not None]
+    ooms = [r for r in rows if r.is_oom]
+    if not ooms:
+        return [f"No trial ran out of memory in {len(rows)} trials."]
+    sentences = []
+    for name in _numeric_flags(rows):
+        pair = _boundary(rows, name)
+        if pair:
+            sentences.append(f"Out-of-memory began on {name} {_boundary_text(name, pair)}.")
+            continue
+        for grouping, key in GROUPINGS.items():
+            groups: dict[str, list[TrialRow]] = {}
+            for row in rows:
+                groups.setdefault(key(row), []).append(row)
+            pairs = {label: _boundary(group, name) for label, group in groups.items()}
+            found = {label: p for label, p in pairs.items() if p}
+            if (
+                len(groups) > 1
+                and found
+                and all(p or not any(r.is_oom for r in groups[label]) for label, p in pairs.items())
+            ):
+                parts = [f"with {label}, {_boundary_text(name, p)}" for label, p in found.items()]
+                sentences.append(
+                    f"Out-of-memory on {name} depends on {grouping}: " + "; ".join(parts) + "."
+                )
+                break
+    if not sentences:
+        numbers = ", ".join(str(r.number) for r in ooms)
+        sentences.append(
+            f"{len(ooms)} trial(s) ran out of memory ({numbers}), but no single numeric flag "
+            "separates them from the trials that fitted."
+        )
+    return sentences
+
+
+def explain(loaded: LoadedStudy) -> list[Section]:
+    """Every section of the explanation, computed from the study's trials."""
+    sections = [Section(title="Trials", sentences=tuple(outcome_sentences(loaded)))]
+    if not loaded.feasible_measured():
+        sections.append(
+            Section(title="Best", sentences=("No trial completed within its constraints yet.",))
+        )
+        sections.append(Section(title="Memory", sentences=tuple(oom_sentences(loaded))))
+        return sections
+    best = loaded.best()
+    why = headline_sentences(loaded, best)
+    baseline = loaded.baseline()
+    if baseline is not None and baseline.config is not None:
+        why += changed_flag_sentences(best, baseline)
+        if baseline.measured or baseline.startup:
+            why += _capacity_sentences(best, baseline)
+    why += mtp_sentences(loaded, best)
+    why += prefix_cache_sentences(best)
+    sections.append(Section(title="Why the best config wins", sentences=tuple(why)))
+    sections.append(
+        Section(title="Which flags mattered", sentences=tuple(importance_sentences(loaded)))
+    )
+    sections.append(
+        Section(title="Where out-of-memory begins", sentences=tuple(oom_sentences(loaded)))
+    )
+    return sections
