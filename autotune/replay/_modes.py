@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import TypeVar
 
 from autotune.replay._run import Run
 from autotune.workload.plan import PlannedRequest
 
+T = TypeVar("T")
 Round = tuple[str | None, str]  # (salt, record-id suffix)
 
 
@@ -21,14 +23,20 @@ def _rounds(run: Run) -> Iterator[Round]:
             yield f"recycle-{k}", f"#{k}"
 
 
+def _while_open(run: Run, units: Sequence[T]) -> Iterator[tuple[T, str | None, str]]:
+    """Each unit (request or session) of each round, until the run closes."""
+    if not units:
+        return
+    for salt, suffix in _rounds(run):
+        for unit in units:
+            if run.closed:
+                return
+            yield unit, salt, suffix
+
+
 async def _concurrency(run: Run) -> None:
     """Closed loop: ``concurrency`` workers, requests in plan order."""
-    items = (
-        (request, salt, suffix)
-        for salt, suffix in _rounds(run)
-        for request in run.plan.requests
-        if not run.closed
-    )
+    items = _while_open(run, run.plan.requests)
 
     async def worker() -> None:
         for request, salt, suffix in items:
@@ -69,12 +77,7 @@ async def _one_session(
 async def _sessions(run: Run) -> None:
     """``concurrency`` sessions at once, each replayed turn by turn."""
     sessions = _sessions_in_order(run.plan.requests)
-    items = (
-        (session, salt, suffix)
-        for salt, suffix in _rounds(run)
-        for session in sessions
-        if not run.closed
-    )
+    items = _while_open(run, sessions)
 
     async def worker() -> None:
         for session, salt, suffix in items:

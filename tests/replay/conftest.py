@@ -37,9 +37,7 @@ def wait_ready(url: str, process: subprocess.Popen[bytes], timeout_s: float = 20
     raise RuntimeError(f"server at {url} not ready within {timeout_s}s")
 
 
-@pytest.fixture
-def stub_server() -> Iterator[StubFactory]:
-    """Start stub servers (``stub_server(ttft_s=..., itl_s=..., max_running=...)`` -> url)."""
+def _stub_factory() -> Iterator[StubFactory]:
     processes: list[subprocess.Popen[bytes]] = []
 
     def start(**options: float) -> str:
@@ -62,6 +60,19 @@ def stub_server() -> Iterator[StubFactory]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+@pytest.fixture
+def stub_server() -> Iterator[StubFactory]:
+    """Start stub servers (``stub_server(ttft_s=..., itl_s=..., max_running=...)`` -> url)."""
+    yield from _stub_factory()
+
+
+@pytest.fixture(scope="module")
+def stub_url() -> Iterator[str]:
+    """One stub server with default timings (TTFT 20 ms, ITL 2 ms) for a whole test module."""
+    for start in _stub_factory():
+        yield start()
 
 
 def make_plan(
