@@ -278,6 +278,9 @@ def oom_sentences(loaded: LoadedStudy) -> list[str]:
     ooms = [r for r in rows if r.is_oom]
     if not ooms:
         return [f"No trial ran out of memory in {len(rows)} trials."]
+    numbers = ", ".join(str(r.number) for r in ooms)
+    if len(ooms) == len(rows):
+        return [f"Every trial ran out of memory ({numbers}); none fitted to bracket the boundary."]
     sentences = []
     for name in _numeric_flags(rows):
         pair = _boundary(rows, name)
@@ -301,7 +304,6 @@ def oom_sentences(loaded: LoadedStudy) -> list[str]:
                 )
                 break
     if not sentences:
-        numbers = ", ".join(str(r.number) for r in ooms)
         sentences.append(
             f"{len(ooms)} trial(s) ran out of memory ({numbers}), but no single numeric flag "
             "separates them from the trials that fitted."
@@ -316,7 +318,8 @@ def explain(loaded: LoadedStudy) -> list[Section]:
         sections.append(
             Section(title="Best", sentences=("No trial completed within its constraints yet.",))
         )
-        sections.append(Section(title="Memory", sentences=tuple(oom_sentences(loaded))))
+        memory = oom_sentences(loaded)
+        sections.append(Section(title="Where out-of-memory begins", sentences=tuple(memory)))
         return sections
     best = loaded.best()
     why = headline_sentences(loaded, best)

@@ -1,0 +1,91 @@
+from __future__ import annotations
+
+import optuna
+
+from autotune.explain import explain, oom_sentences, param_importances
+from autotune.study_reader import load_study
+
+from .conftest import GIB, MODEL, build_study
+
+
+def _text(storage_url: str) -> dict[str, str]:
+    return {s.title: " ".join(s.sentences) for s in explain(load_study(storage_url))}
+
+
+def test_explanation_is_computed_from_the_trials(study_url: str) -> None:
+    text = _text(study_url)
+    assert text["Trials"].startswith("13 trials: 8 ok, 3 kv-does-not-fit, 1 slo-violated")
+    why = text["Why the best config wins"]
+    assert "trial 7: throughput 608.00, 2.76x the baseline's 220.38 (trial 0)" in why
+    # 220,013 / 128,341 tokens at 9G in the field notes: fp8 is 1.71x, not 2x
+    assert "fp8_e4m3 stored 24,446 tokens per GiB against 14,260 with auto (1.71x)" in why
+    assert "which let 32 requests run at once against 9 for the baseline" in why
+    assert "max-num-seqs 64 was not the limit" in why
+    assert "prefix cache served 45%" in why
+
+
+def test_oom_boundary_names_the_bracketing_trials(study_url: str) -> None:
+    memory = _text(study_url)["Where out-of-memory begins"]
+    assert (
+        "kv-cache-memory-bytes between 12.0 GiB (largest that fitted, trial 7) and 12.5 GiB "
+        "(smallest that ran out of memory, trial 5, kv-does-not-fit)"
+    ) in memory
+
+
+def test_oom_boundary_split_by_mtp_when_no_single_value_separates(storage_url: str) -> None:
+    """With MTP on, 11.5 GiB OOMs while 12 GiB without MTP fits: the split must show it."""
+    study = build_study(storage_url, "s")
+    ok = study.trials[7]  # 12.0 GiB, no MTP, ok
+    oom = study.trials[5]  # 12.5 GiB, MTP 2, OOM
+    flags = dict(oom.user_attrs["config"]["flags"])
+    flags["kv-cache-memory-bytes"] = int(11.5 * GIB)
+    attrs = dict(oom.user_attrs, config={"model": MODEL, "flags": flags, "env": {}})
+    study.add_trial(
+        optuna.trial.create_trial(
+            values=oom.values,
+            params=oom.params,
+            distributions=oom.distributions,
+            user_attrs=attrs,
+            constraints=oom.constraints,
+        )
+    )
+    assert ok.user_attrs["outcome"] == "ok"
+    sentences = " ".join(oom_sentences(load_study(storage_url)))
+    assert "Out-of-memory on kv-cache-memory-bytes depends on MTP" in sentences
+    assert "with MTP 2, between 10.0 GiB (largest that fitted, trial 6) and 11.5 GiB" in sentences
+
+
+def test_flags_that_did_not_matter_come_from_importances(study_url: str) -> None:
+    loaded = load_study(study_url)
+    importances = param_importances(loaded)
+    assert set(importances) == {
+        "kv_cache_memory_gib",
+        "kv_cache_dtype",
+        "max_num_seqs",
+        "num_speculative_tokens",
+        "enable_prefix_caching",
+    }
+    text = _text(study_url)["Which flags mattered"]
+    top = max(importances, key=importances.get)
+    assert f"Importance over 8 measured trials: {top} {importances[top]:.0%}" in text
+    minor = [name for name, share in importances.items() if share < 0.05]
+    assert minor and all(name in text.split("Did not matter")[1] for name in minor)
+
+
+def test_study_without_feasible_trials_still_explains_memory(storage_url: str) -> None:
+    study = optuna.create_study(study_name="empty", storage=storage_url)
+    study.add_trial(
+        optuna.trial.create_trial(
+            value=1.0,
+            user_attrs={
+                "outcome": "kv-does-not-fit",
+                "config": {"model": "m", "flags": {"kv-cache-memory-bytes": 20 * GIB}},
+            },
+            constraints={"oom": 0.5},
+        )
+    )
+    sections = explain(load_study(storage_url))
+    assert [s.title for s in sections] == ["Trials", "Best", "Where out-of-memory begins"]
+    assert sections[2].sentences == (
+        "Every trial ran out of memory (0); none fitted to bracket the boundary.",
+    )
