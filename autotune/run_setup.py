@@ -46,6 +46,7 @@ class RunOptions(BaseModel):
     time_scale: float = Field(default=20.0, gt=0)
     noise: float = Field(default=0.0, ge=0)
     vllm_executable: str = "vllm"
+    prescreen: bool = True  # ask the memory model before launching
     artifacts_dir: Path | None = None
     heartbeat_interval_s: int = Field(default=10, ge=1)
 
@@ -90,6 +91,8 @@ def prepare_study(options: RunOptions) -> StudySpec:
         gpu = options.hardware or engine.hardware().gpu_name.replace(" ", "-").lower()
     else:
         raise InputError(f"--engine: unknown engine {options.engine!r} (known: sim, vllm)")
+    if not options.prescreen:
+        prescreen = None
     name = options.study or default_study_name(
         options.model, gpu, plan.name, [o.value for o in goal.objectives]
     )

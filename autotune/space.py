@@ -307,10 +307,12 @@ def _grid_values(distribution: Any, max_points: int) -> list:
     if isinstance(distribution, optuna.distributions.CategoricalDistribution):
         return list(distribution.choices)
     low, high = distribution.low, distribution.high
-    if isinstance(distribution, optuna.distributions.IntDistribution):
-        values = list(range(low, high + 1, distribution.step))
-        if len(values) <= max_points:
-            return values
+    step = getattr(distribution, "step", None)
+    if step:
+        count = int(round((high - low) / step)) + 1
+        if count <= max_points:
+            values = [low + i * step for i in range(count)]
+            return values if isinstance(low, int) else [round(v, 6) for v in values]
     count = max_points
     if distribution.log:
         ratio = (high / low) ** (1 / (count - 1))

@@ -109,6 +109,10 @@ def run(
         typer.Option("--sim-model", help="Catalog model to pre-screen a real engine."),
     ] = None,
     vllm_executable: Annotated[str, typer.Option("--vllm-executable")] = "vllm",
+    prescreen: Annotated[
+        bool,
+        typer.Option("--prescreen/--no-prescreen", help="Skip configs the memory model rejects."),
+    ] = True,
     heartbeat_interval: Annotated[int, typer.Option("--heartbeat-interval", hidden=True)] = 10,
 ) -> None:
     """Tune: propose configs, launch, replay, score; resume by running the same command again."""
@@ -134,6 +138,7 @@ def run(
         time_scale=time_scale,
         noise=noise,
         vllm_executable=vllm_executable,
+        prescreen=prescreen,
         heartbeat_interval_s=heartbeat_interval,
     )
     spec = prepare_study(options)

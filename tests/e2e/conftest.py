@@ -1,0 +1,95 @@
+"""Helpers for end-to-end tests that drive the real `autotune` command and real servers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLE_WORKLOAD = REPO / "workloads" / "sample-claudecode.jsonl"
+
+
+def autotune_argv(*args: str) -> list[str]:
+    """The real CLI, as a subprocess of this interpreter."""
+    return [sys.executable, "-m", "autotune", *args]
+
+
+def sim_server_pids(parent: int | None = None) -> list[int]:
+    """PIDs of simulator server processes, optionally only children of ``parent``."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if b"autotune.sim" not in cmdline or b"serve" not in cmdline:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if parent is None or ppid == parent:
+            pids.append(int(entry.name))
+    return pids
+
+
+def processes_in(cwd: Path) -> list[int]:
+    """Live processes whose working directory is ``cwd`` (servers inherit it from autotune)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if Path(os.readlink(entry / "cwd")) == cwd and alive(int(entry.name)):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def wait_for(predicate, *, timeout_s: float, interval_s: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval_s)
+    return False
+
+
+@pytest.fixture
+def spawn() -> Iterator:
+    """Start `autotune ...` subprocesses in their own groups; kill leftovers at teardown."""
+    started: list[subprocess.Popen] = []
+
+    def start(*args: str, cwd: Path) -> subprocess.Popen:
+        process = subprocess.Popen(
+            autotune_argv(*args),
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+            env={**os.environ, "COLUMNS": "200"},
+        )
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)

@@ -1,0 +1,188 @@
+"""The study loop end to end: the real CLI, real simulator processes, a real SQLite study."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from tests.e2e.conftest import (
+    REPO,
+    SAMPLE_WORKLOAD,
+    alive,
+    autotune_argv,
+    processes_in,
+    sim_server_pids,
+    wait_for,
+)
+
+OOM_SPACE = REPO / "tests" / "e2e" / "data" / "oom-boundary.yaml"
+FAST = ["--time-scale", "50", "--max-requests", "10", "--concurrency", "4"]
+
+
+def run_args(db: Path, *extra: str, study: str = "e2e") -> list[str]:
+    return [
+        "run",
+        "--workload", str(SAMPLE_WORKLOAD),
+        "--engine", "sim",
+        "--hardware", "rtx4080s-32g",
+        "--model", "qwen3.6-27b-awq",
+        "--space", str(OOM_SPACE),
+        "--storage", f"sqlite:///{db}",
+        "--study", study,
+        "--sampler", "grid",
+        "--seed", "1",
+        *FAST,
+        *extra,
+    ]  # fmt: skip
+
+
+def load(db: Path, name: str = "e2e") -> optuna.Study:
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{db}")
+
+
+@pytest.mark.timeout(240)
+def test_a_study_launches_replays_scores_and_learns_where_oom_lives(tmp_path: Path) -> None:
+    db = tmp_path / "studies" / "autotune.db"
+    result = subprocess.run(
+        autotune_argv(*run_args(db, "--trials", "4", "--no-prescreen")),
+        cwd=tmp_path, capture_output=True, text=True, timeout=220,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Best: trial" in result.stdout
+
+    study = load(db)
+    trials = study.get_trials(states=(TrialState.COMPLETE,))
+    assert len(trials) == 4
+    by_kv = {t.params["kv_cache_memory_gib"]: t for t in trials}
+    assert set(by_kv) == {10.0, 12.0, 14.0, 16.0}
+    assert trials[0].user_attrs["is_baseline"] and trials[0].params["kv_cache_memory_gib"] == 10.0
+    # Every trial carries the same constraint keys (GPSampler refuses anything else).
+    assert {frozenset(t.constraints) for t in trials} == {frozenset({"oom", "crash", "error_rate"})}
+    for kv in (10.0, 12.0):
+        trial = by_kv[kv]
+        assert trial.user_attrs["outcome"] == "ok"
+        assert trial.value > 0
+        assert trial.constraints["oom"] < 0
+        assert trial.user_attrs["startup"]["kv_cache_tokens"] > 0
+        assert trial.user_attrs["replay"]["completed"] >= 10
+        assert trial.user_attrs["server_stats"]["generation_tokens"] > 0
+        assert "--kv-cache-memory-bytes" in trial.user_attrs["argv"]
+    # More KV never makes the server slower to start on the same card; both fit.
+    assert (
+        by_kv[12.0].user_attrs["startup"]["kv_cache_tokens"]
+        > by_kv[10.0].user_attrs["startup"]["kv_cache_tokens"]
+    )
+    for kv in (14.0, 16.0):
+        trial = by_kv[kv]
+        assert trial.user_attrs["outcome"] in ("kv-does-not-fit", "cuda-oom-startup")
+        assert trial.constraints["oom"] > 0
+        assert trial.user_attrs["failure"]["log_excerpt"]
+    assert study.best_trial.params["kv_cache_memory_gib"] in (10.0, 12.0)
+
+    # Server logs and request records are kept as artifacts beside the database.
+    artifacts = list((db.parent / "artifacts").rglob("*"))
+    assert sum(1 for path in artifacts if path.is_file()) >= 4
+
+    shown = subprocess.run(
+        autotune_argv("show", "--storage", f"sqlite:///{db}", "--study", "e2e"),
+        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "COLUMNS": "250"},
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    for outcome in ("ok", by_kv[14.0].user_attrs["outcome"]):
+        assert outcome in shown.stdout
+    listed = subprocess.run(
+        autotune_argv("studies", "--storage", f"sqlite:///{db}"),
+        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "COLUMNS": "250"},
+    )  # fmt: skip
+    assert "e2e" in listed.stdout and "4" in listed.stdout
+    assert processes_in(tmp_path) == []  # no server outlived autotune
+
+
+@pytest.mark.timeout(120)
+def test_the_memory_prescreen_scores_certain_ooms_without_launching(tmp_path: Path) -> None:
+    db = tmp_path / "autotune.db"
+    result = subprocess.run(
+        autotune_argv(*run_args(db, "--trials", "4")),
+        cwd=tmp_path, capture_output=True, text=True, timeout=110,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    by_kv = {t.params["kv_cache_memory_gib"]: t for t in load(db).trials}
+    for kv in (14.0, 16.0):
+        assert by_kv[kv].user_attrs["outcome"] == "predicted-oom"
+        assert by_kv[kv].user_attrs["argv"] is None  # never launched
+        assert by_kv[kv].constraints["oom"] > 0
+        assert by_kv[kv].user_attrs["memory"]["fits"] is False
+    assert by_kv[10.0].user_attrs["memory"]["fits"] is True
+
+
+@pytest.mark.timeout(200)
+def test_kill_9_leaves_no_server_and_the_rerun_recovers_the_trial(tmp_path: Path, spawn) -> None:
+    db = tmp_path / "autotune.db"
+    args = run_args(db, "--trials", "3", "--no-prescreen", "--heartbeat-interval", "1")
+    process = spawn(*args, cwd=tmp_path)
+    # Wait until the second trial's server is up, then kill autotune outright.
+    assert wait_for(lambda: _running_trial(db) == 1 and sim_server_pids(process.pid), timeout_s=90)
+    servers = sim_server_pids(process.pid)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait(timeout=10)
+    assert wait_for(lambda: not any(alive(pid) for pid in servers), timeout_s=15), servers
+
+    rerun = subprocess.run(
+        autotune_argv(*args), cwd=tmp_path, capture_output=True, text=True, timeout=150
+    )
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    study = load(db)
+    complete = study.get_trials(states=(TrialState.COMPLETE,))
+    failed = study.get_trials(states=(TrialState.FAIL,))
+    assert len(complete) == 3
+    assert [t.number for t in failed] == [1]
+    retried = [t for t in complete if t.system_attrs.get("failed_trial") == 1]
+    assert len(retried) == 1
+    assert retried[0].params == failed[0].params
+
+
+@pytest.mark.timeout(200)
+def test_ctrl_c_records_the_trial_as_interrupted_and_stops_its_server(
+    tmp_path: Path, spawn
+) -> None:
+    db = tmp_path / "autotune.db"
+    args = run_args(db, "--trials", "2", "--no-prescreen")
+    process = spawn(*args, cwd=tmp_path)
+    assert wait_for(lambda: _running_trial(db) == 0 and sim_server_pids(process.pid), timeout_s=90)
+    servers = sim_server_pids(process.pid)
+    os.kill(process.pid, signal.SIGINT)
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 130, output
+    assert "Interrupted" in output
+    assert not any(alive(pid) for pid in servers)
+    assert processes_in(tmp_path) == []
+    interrupted = load(db).trials[0]
+    assert interrupted.state == TrialState.FAIL
+    assert interrupted.user_attrs["outcome"] == "interrupted"
+
+    rerun = subprocess.run(
+        autotune_argv(*args), cwd=tmp_path, capture_output=True, text=True, timeout=150
+    )
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    study = load(db)
+    complete = study.get_trials(states=(TrialState.COMPLETE,))
+    assert len(complete) == 2
+    assert any(t.user_attrs.get("retry_of") == 0 for t in complete)
+
+
+def _running_trial(db: Path) -> int | None:
+    if not db.exists():
+        return None
+    try:
+        running = load(db).get_trials(states=(TrialState.RUNNING,))
+    except (KeyError, Exception):  # the study may not exist yet, or the file is mid-write
+        return None
+    return running[0].number if running else None
