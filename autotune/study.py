@@ -78,26 +78,26 @@ def open_storage(
     url: str, *, heartbeat_interval_s: int | None = None
 ) -> optuna.storages.RDBStorage:
     """An RDBStorage for ``url`` with heartbeat and stale-trial retry; errors name the URL."""
-    if url.startswith("sqlite:///"):
-        path = Path(url.removeprefix("sqlite:///"))
-        if str(path) not in ("", ":memory:"):
-            path.parent.mkdir(parents=True, exist_ok=True)
-    heartbeat: dict[str, Any] = {}
-    if heartbeat_interval_s:
-        heartbeat = {
-            "heartbeat_interval": heartbeat_interval_s,
-            "grace_period": 3 * heartbeat_interval_s,
-            "heartbeat_stale_trial_callback": optuna.storages.RetryHeartbeatStaleTrialCallback(
-                max_retry=1
-            ),
-        }
     try:
+        if url.startswith("sqlite:///"):
+            path = Path(url.removeprefix("sqlite:///"))
+            if str(path) not in ("", ":memory:"):
+                path.parent.mkdir(parents=True, exist_ok=True)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            heartbeat: dict[str, Any] = {}
+            if heartbeat_interval_s:
+                heartbeat = {
+                    "heartbeat_interval": heartbeat_interval_s,
+                    "grace_period": 3 * heartbeat_interval_s,
+                    "heartbeat_stale_trial_callback": (
+                        optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1)
+                    ),
+                }
             return optuna.storages.RDBStorage(
                 url, engine_kwargs={"connect_args": _connect_args(url)}, **heartbeat
             )
-    except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError) as exc:
+    except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError, OSError) as exc:
         raise StorageError(f"--storage {url}: cannot open: {exc}".splitlines()[0]) from exc
 
 
