@@ -1,0 +1,74 @@
+"""Fault injection for the simulator server, so the tuner's failure paths can be tested.
+
+Every fault is opt-in (``--fault-*`` flags) and seeded: the same seed and the
+same request order give the same faults.
+"""
+
+from __future__ import annotations
+
+import random
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# The root cause logged when --fault-crash-after-requests fires: a text vLLM
+# users meet in real engine crashes (CUDA reports it from any kernel).
+CRASH_ROOT_CAUSE = (
+    "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+    "CUDA kernel errors might be asynchronously reported at some other API call, "
+    "so the stacktrace below might be incorrect.\n"
+    "For debugging consider passing CUDA_LAUNCH_BLOCKING=1"
+)
+
+
+class FaultConfig(BaseModel):
+    """Which faults to inject. Rates are per request, in [0, 1]."""
+
+    model_config = ConfigDict(frozen=True)
+
+    crash_after_requests: int | None = Field(default=None, ge=0)
+    hang_at_startup: bool = False
+    error_5xx_rate: float = Field(default=0.0, ge=0.0, le=1.0)
+    cut_stream_rate: float = Field(default=0.0, ge=0.0, le=1.0)
+    slow_first_token_s: float = Field(default=0.0, ge=0.0)  # modelled seconds
+
+    @property
+    def any(self) -> bool:
+        return (
+            self.crash_after_requests is not None
+            or self.hang_at_startup
+            or self.error_5xx_rate > 0
+            or self.cut_stream_rate > 0
+            or self.slow_first_token_s > 0
+        )
+
+
+class FaultInjector:
+    """Decides, request by request, which fault (if any) strikes. Seeded, per server."""
+
+    def __init__(self, config: FaultConfig, *, seed: int = 0) -> None:
+        self.config = config
+        self._rng = random.Random(f"faults-{seed}")
+        self._finished_requests = 0
+
+    def should_fail_with_5xx(self) -> bool:
+        """Whether this request is answered with a 500 instead of being served."""
+        rate = self.config.error_5xx_rate
+        return rate > 0 and self._rng.random() < rate
+
+    def cut_after_tokens(self, max_tokens: int) -> int | None:
+        """After how many streamed tokens this request's stream is cut, or None."""
+        rate = self.config.cut_stream_rate
+        if rate <= 0 or self._rng.random() >= rate:
+            return None
+        return self._rng.randint(0, max(0, max_tokens - 1))
+
+    def request_finished(self) -> bool:
+        """Count one finished request; True when the engine must now crash."""
+        self._finished_requests += 1
+        limit = self.config.crash_after_requests
+        return limit is not None and self._finished_requests >= limit
+
+    @property
+    def crash_due(self) -> bool:
+        limit = self.config.crash_after_requests
+        return limit is not None and self._finished_requests >= limit
