@@ -1,0 +1,468 @@
+"""The simulator's scheduler core: vLLM's continuous batching in virtual time.
+
+One ``SimEngineCore`` is one engine: requests are added, ``step()`` runs one
+iteration (chunked prefill within ``max_num_batched_tokens``, at most
+``max_num_seqs`` running, decode with optional MTP drafts), allocates KV
+blocks from the pool the memory plan sized, preempts by recompute when the
+pool is full, and returns the tokens each request produced with the step's
+modelled duration. The clock, RNG and counters belong to the instance, so two
+engines in one process never interact. Two faces drive it: the HTTP server
+(sim/server.py) in wall time, and predict.py in pure virtual time.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from autotune.errors import InputError
+from autotune.sim.config import SimConfig
+from autotune.sim.hardware import get_gpu
+from autotune.sim.memory import MemoryReport, plan_memory, torch_oom_text
+from autotune.sim.models import get_model
+from autotune.sim.prefix_cache import HostPrefixStore, PrefixCache, block_hashes
+from autotune.sim.timing import RooflineTimeModel, StepShape, StepTimeModel
+
+MIN_NOISE_FACTOR = 0.05  # a noisy step never takes less than 5% of its modelled time
+ACCEPTANCE_DECAY = 0.7  # per-position decay for draft positions beyond the catalog's list
+
+
+@dataclass
+class SimRequest:
+    """A request as the engine sees it: token ids and lengths, no text."""
+
+    request_id: str
+    prompt_token_ids: Sequence[int]
+    max_tokens: int
+    min_tokens: int = 0
+    ignore_eos: bool = True
+    cache_salt: str | None = None
+    arrival_s: float = 0.0  # informational: the engine schedules what it has been given
+
+
+@dataclass
+class TokenOutput:
+    """Tokens one request produced in one step."""
+
+    request_id: str
+    new_tokens: int
+    finished: bool
+    finish_reason: str | None
+    num_prompt_tokens: int
+    num_cached_tokens: int  # prefix-cache hits (local + external), known once scheduled
+
+
+@dataclass
+class StepResult:
+    """One engine iteration: when it started, how long it took, what it produced."""
+
+    start_s: float
+    duration_s: float
+    outputs: list[TokenOutput]
+    oom: str | None = None  # vLLM's OOM text: this step's transients exceeded the headroom
+    num_prefill_tokens: int = 0
+    num_decode_tokens: int = 0
+
+
+@dataclass
+class EngineCounters:
+    """Cumulative counters and current gauges, as vLLM's /metrics exposes them."""
+
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    prefix_cache_queries: int = 0
+    prefix_cache_hits: int = 0
+    external_prefix_cache_queries: int = 0
+    external_prefix_cache_hits: int = 0
+    num_preemptions: int = 0
+    spec_decode_num_drafts: int = 0
+    spec_decode_num_draft_tokens: int = 0
+    spec_decode_num_accepted_tokens: int = 0
+    spec_decode_accepted_per_pos: list[int] = field(default_factory=list)
+    num_running: int = 0
+    num_waiting: int = 0
+    kv_cache_usage: float = 0.0  # 0..1
+
+
+@dataclass(slots=True)
+class _Running:
+    """Scheduler state of one request."""
+
+    request: SimRequest
+    token_ids: np.ndarray
+    num_prompt: int
+    max_tokens: int
+    num_computed: int = 0  # tokens whose KV is in the cache
+    num_output: int = 0
+    num_cached: int | None = None  # hits at first scheduling
+    hashes: list[int] | None = None  # full prompt blocks
+    pinned: list[int] = field(default_factory=list)  # prefix-cache entries held
+    num_positions: int = 0  # attention block positions held (pinned ones included)
+    holds_state: bool = False
+
+    @property
+    def num_known(self) -> int:
+        return self.num_prompt + self.num_output
+
+
+@dataclass(slots=True)
+class _Scheduled:
+    running: _Running
+    num_new: int
+    num_drafts: int
+    external_tokens: int = 0
+
+
+class SimEngineCore:
+    """One simulated vLLM engine in virtual time (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: SimConfig,
+        *,
+        seed: int = 0,
+        noise: float = 0.0,
+        mtp_acceptance: Sequence[float] | None = None,
+        time_model: StepTimeModel | None = None,
+    ) -> None:
+        self.config = config
+        self.memory: MemoryReport = plan_memory(config)
+        self.clock_s = 0.0
+        self.counters = EngineCounters(
+            spec_decode_accepted_per_pos=[0] * config.num_speculative_tokens
+        )
+        model = get_model(config.model)
+        self._time_model = time_model or RooflineTimeModel(
+            get_gpu(config.hardware), model, self.memory, enforce_eager=config.enforce_eager
+        )
+        self._rng = random.Random(seed)
+        self._noise = noise
+        self._block_size = self.memory.block_size
+        self._groups = self.memory.num_attention_groups
+        self._state_blocks = self.memory.state_blocks_per_request
+        self._total_blocks = max(self.memory.num_gpu_blocks - 1, 0)  # one null block
+        self._private_blocks = 0
+        self._caching = self.memory.enable_prefix_caching
+        self._cache = PrefixCache()
+        self._host = HostPrefixStore() if config.lmcache else None
+        self._num_spec = config.num_speculative_tokens
+        self._acceptance = self._conditional_acceptance(
+            mtp_acceptance if mtp_acceptance is not None else model.default_mtp_acceptance
+        )
+        self._waiting: deque[_Running] = deque()
+        self._running: list[_Running] = []
+        self._by_id: dict[str, _Running] = {}
+        self._dead: str | None = None
+
+    # ----------------------------------------------------------------- requests
+    def add_request(self, request: SimRequest) -> None:
+        """Queue a request. Raises InputError if its prompt cannot fit max_model_len."""
+        num_prompt = len(request.prompt_token_ids)
+        max_model_len = self.memory.max_model_len
+        if num_prompt == 0 or num_prompt >= max_model_len:
+            raise InputError(
+                f"This model's maximum context length is {max_model_len} tokens. However, your "
+                f"prompt contains {num_prompt} input tokens, which exceeds this limit even "
+                "without any output tokens. Please reduce the length of the input prompt."
+            )
+        if request.request_id in self._by_id:
+            raise InputError(f"duplicate request id {request.request_id!r}")
+        state = _Running(
+            request=request,
+            token_ids=np.asarray(request.prompt_token_ids, dtype=np.int64),
+            num_prompt=num_prompt,
+            max_tokens=max(1, min(request.max_tokens, max_model_len - num_prompt)),
+        )
+        self._by_id[request.request_id] = state
+        self._waiting.append(state)
+        self._update_gauges()
+
+    def abort(self, request_id: str) -> None:
+        """Drop a request wherever it is (no output); unknown ids are ignored."""
+        state = self._by_id.pop(request_id, None)
+        if state is None:
+            return
+        if state in self._running:
+            self._running.remove(state)
+        else:
+            self._waiting.remove(state)
+        self._free(state)
+        self._update_gauges()
+
+    def has_unfinished(self) -> bool:
+        return bool(self._by_id)
+
+    def advance_to(self, t_s: float) -> None:
+        """Idle until ``t_s`` (never moves the clock back)."""
+        self.clock_s = max(self.clock_s, t_s)
+
+    def reset_prefix_cache(self) -> int:
+        """Drop every unpinned cached block (vLLM's /reset_prefix_cache); returns how many."""
+        return self._cache.clear()
+
+    # ------------------------------------------------------------------- blocks
+    def _used_blocks(self) -> int:
+        return self._private_blocks + len(self._cache) * self._groups
+
+    def _allocate(self, num_blocks: int) -> bool:
+        """Take ``num_blocks`` from the pool, evicting cached blocks if needed."""
+        free = self._total_blocks - self._used_blocks()
+        if free < num_blocks:
+            shortfall = math.ceil((num_blocks - free) / self._groups)
+            if self._cache.num_evictable < shortfall:
+                return False
+            self._cache.evict(shortfall)
+        self._private_blocks += num_blocks
+        return True
+
+    def _free(self, state: _Running) -> None:
+        private = (state.num_positions - len(state.pinned)) * self._groups
+        if state.holds_state:
+            private += self._state_blocks
+        self._private_blocks -= private
+        if state.pinned:
+            self._cache.release(state.pinned)
+        if self._host is not None and state.hashes:
+            computed_blocks = state.num_computed // self._block_size
+            self._host.store(state.hashes[:computed_blocks])
+        state.pinned = []
+        state.num_positions = 0
+        state.holds_state = False
+
+    def _grow(self, state: _Running, num_tokens: int) -> bool:
+        """Hold enough positions for ``num_tokens`` of context (state blocks included)."""
+        positions = math.ceil(num_tokens / self._block_size)
+        needed = (positions - state.num_positions) * self._groups
+        if not state.holds_state:
+            needed += self._state_blocks
+        if needed > 0 and not self._allocate(needed):
+            return False
+        state.num_positions = max(positions, state.num_positions)
+        state.holds_state = True
+        return True
+
+    def _cache_full_blocks(self, state: _Running) -> None:
+        """Turn the request's newly filled prompt blocks into cache entries."""
+        if not self._caching or state.hashes is None:
+            return
+        filled = min(state.num_computed // self._block_size, len(state.hashes))
+        for index in range(len(state.pinned), filled):
+            self._cache.insert(state.hashes[index])
+            state.pinned.append(state.hashes[index])
+            self._private_blocks -= self._groups  # now counted as a cache entry
+
+    def _preempt(self, state: _Running) -> None:
+        self._running.remove(state)
+        self._free(state)
+        state.num_computed = 0
+        self._waiting.appendleft(state)
+        self.counters.num_preemptions += 1
+
+    # ---------------------------------------------------------------- scheduling
+    def _conditional_acceptance(self, rates: Sequence[float]) -> list[float]:
+        """Per-position unconditional rates -> P(accept i | accepted i-1)."""
+        rates = list(rates)
+        while len(rates) < self._num_spec:
+            rates.append((rates[-1] if rates else 0.5) * ACCEPTANCE_DECAY)
+        conditional: list[float] = []
+        previous = 1.0
+        for rate in rates[: self._num_spec]:
+            conditional.append(min(1.0, rate / previous) if previous > 0 else 0.0)
+            previous = rate
+        return conditional
+
+    def _first_schedule(self, state: _Running) -> int:
+        """Prefix lookup for a waiting request; returns the tokens it need not compute."""
+        if state.hashes is None and (self._caching or self._host is not None):
+            state.hashes = block_hashes(
+                state.token_ids, self._block_size, salt=state.request.cache_salt
+            )
+        hashes = state.hashes or []
+        # At least one prompt token is always computed.
+        max_hit = (state.num_known - 1) // self._block_size
+        candidates = hashes[: min(max_hit, len(hashes))]
+        local = self._cache.match(candidates) if self._caching else 0
+        counters = self.counters
+        if self._caching:
+            counters.prefix_cache_queries += state.num_prompt
+            counters.prefix_cache_hits += local * self._block_size
+        external = 0
+        if self._host is not None:
+            external = self._host.match(candidates, local)
+            counters.external_prefix_cache_queries += state.num_prompt - local * self._block_size
+            counters.external_prefix_cache_hits += external * self._block_size
+        if local:
+            self._cache.acquire(candidates[:local])
+            state.pinned = list(candidates[:local])
+            state.num_positions = local
+        hit_tokens = (local + external) * self._block_size
+        if state.num_cached is None:
+            state.num_cached = hit_tokens
+        return hit_tokens
+
+    def _undo_first_schedule(self, state: _Running) -> None:
+        if state.pinned:
+            self._cache.release(state.pinned)
+        state.pinned = []
+        state.num_positions = 0
+
+    def _schedule(self) -> list[_Scheduled]:
+        budget = self.memory.max_num_batched_tokens
+        scheduled: list[_Scheduled] = []
+        preempted = False
+        index = 0
+        while index < len(self._running) and budget > 0:
+            state = self._running[index]
+            remaining = state.num_known - state.num_computed
+            drafts = self._num_spec if remaining == 1 and state.num_output > 0 else 0
+            num_new = min(remaining + drafts, budget)
+            if num_new < remaining + drafts:
+                drafts = max(0, num_new - remaining)
+            while not self._grow(state, state.num_computed + num_new):
+                victim = self._running[-1]
+                self._preempt(victim)
+                preempted = True
+                if victim is state:
+                    break
+            if state not in self._running:
+                break
+            scheduled.append(_Scheduled(state, num_new, drafts))
+            budget -= num_new
+            index += 1
+        while (
+            self._waiting
+            and budget > 0
+            and not preempted
+            and len(self._running) < self.memory.max_num_seqs
+        ):
+            state = self._waiting[0]
+            hit_tokens = self._first_schedule(state)
+            external = hit_tokens - len(state.pinned) * self._block_size
+            computed = hit_tokens
+            num_new = min(state.num_known - computed, budget)
+            state.num_computed = computed
+            if not self._grow(state, computed + num_new):
+                self._undo_first_schedule(state)
+                state.num_computed = 0
+                break
+            self._waiting.popleft()
+            self._running.append(state)
+            scheduled.append(_Scheduled(state, num_new, 0, external))
+            budget -= num_new
+        return scheduled
+
+    def _accepted_drafts(self, num_drafts: int) -> int:
+        accepted = 0
+        for probability in self._acceptance[:num_drafts]:
+            if self._rng.random() >= probability:
+                break
+            accepted += 1
+        return accepted
+
+    # --------------------------------------------------------------------- step
+    def step(self) -> StepResult:
+        """Run one engine iteration in virtual time and advance the clock by its duration."""
+        start_s = self.clock_s
+        if self._dead is not None:
+            return StepResult(start_s, 0.0, [], oom=self._dead)
+        scheduled = self._schedule()
+        if not scheduled:
+            self._update_gauges()
+            return StepResult(start_s, 0.0, [])
+        shape = self._shape(scheduled)
+        transient = (
+            self.memory.transient_prefill_bytes_per_token * shape.num_tokens
+            + self.memory.transient_bytes_per_seq * shape.num_seqs
+        )
+        if transient > self.memory.headroom_bytes:
+            self._dead = torch_oom_text(
+                transient, get_gpu(self.config.hardware), self.memory.headroom_bytes
+            )
+            return StepResult(start_s, 0.0, [], oom=self._dead)
+        duration_s = self._time_model.step_time_s(shape)
+        if self._noise > 0:
+            duration_s *= max(MIN_NOISE_FACTOR, 1.0 + self._noise * self._rng.gauss(0.0, 1.0))
+        outputs = [output for item in scheduled if (output := self._advance(item)) is not None]
+        self.clock_s = start_s + duration_s
+        self._update_gauges()
+        return StepResult(
+            start_s,
+            duration_s,
+            outputs,
+            num_prefill_tokens=shape.num_prefill_tokens,
+            num_decode_tokens=shape.num_decode_tokens,
+        )
+
+    def _shape(self, scheduled: list[_Scheduled]) -> StepShape:
+        prefill_tokens = decode_tokens = context = external = spec_seqs = 0
+        pairs = 0.0
+        for item in scheduled:
+            computed = item.running.num_computed
+            context += computed
+            pairs += item.num_new * (computed + item.num_new / 2)
+            external += item.external_tokens
+            if item.running.num_output > 0 and item.num_new == 1 + item.num_drafts:
+                decode_tokens += item.num_new
+                spec_seqs += item.num_drafts > 0
+            else:
+                prefill_tokens += item.num_new
+        return StepShape(
+            num_seqs=len(scheduled),
+            num_prefill_tokens=prefill_tokens,
+            num_decode_tokens=decode_tokens,
+            context_tokens=context,
+            attention_pairs=pairs,
+            num_spec_seqs=spec_seqs,
+            num_draft_passes=self._num_spec if spec_seqs else 0,
+            external_load_tokens=external,
+        )
+
+    def _advance(self, item: _Scheduled) -> TokenOutput | None:
+        state = item.running
+        counters = self.counters
+        remaining = state.num_known - state.num_computed
+        if item.num_new - item.num_drafts < remaining:  # a prefill chunk, no token yet
+            state.num_computed += item.num_new
+            self._cache_full_blocks(state)
+            return None
+        accepted = 0
+        if item.num_drafts:
+            accepted = self._accepted_drafts(item.num_drafts)
+            counters.spec_decode_num_drafts += 1
+            counters.spec_decode_num_draft_tokens += item.num_drafts
+            counters.spec_decode_num_accepted_tokens += accepted
+            for position in range(accepted):
+                counters.spec_decode_accepted_per_pos[position] += 1
+        if state.num_output == 0:
+            counters.prompt_tokens += state.num_prompt
+        new_tokens = min(1 + accepted, state.max_tokens - state.num_output)
+        state.num_computed += remaining + min(accepted, new_tokens - 1)
+        state.num_output += new_tokens
+        counters.generation_tokens += new_tokens
+        self._cache_full_blocks(state)
+        finished = state.num_output >= state.max_tokens
+        if finished:
+            self._running.remove(state)
+            del self._by_id[state.request.request_id]
+            self._free(state)
+        return TokenOutput(
+            request_id=state.request.request_id,
+            new_tokens=new_tokens,
+            finished=finished,
+            finish_reason="length" if finished else None,
+            num_prompt_tokens=state.num_prompt,
+            num_cached_tokens=state.num_cached or 0,
+        )
+
+    def _update_gauges(self) -> None:
+        counters = self.counters
+        counters.num_running = len(self._running)
+        counters.num_waiting = len(self._waiting)
+        if self._total_blocks:
+            in_use = self._used_blocks() - self._cache.num_evictable * self._groups
+            counters.kv_cache_usage = in_use / self._total_blocks

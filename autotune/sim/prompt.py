@@ -1,0 +1,83 @@
+"""How the simulated server turns a request's messages into prompt token ids.
+
+A ChatML-like template over ``WordTokenizer`` (one token per word): every
+message costs ``<|im_start|>``, its role, its words and ``<|im_end|>``, and a
+chat prompt ends with ``<|im_start|> assistant`` (the generation prompt). A
+completions prompt is the text as sent, tokenized word by word. The server and
+the in-process predictor both call these functions, so both see the same
+tokens and the same prefix-cache hits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from autotune.replay.payloads import render_prompt
+from autotune.workload.plan import Endpoint, Message
+from autotune.workload.tokenizer import WordTokenizer
+
+# Reserved ids above the word-hash range (WordTokenizer ids are < 2**31).
+IM_START_ID = (1 << 31) + 1
+IM_END_ID = (1 << 31) + 2
+_ROLE_IDS = {"system": (1 << 31) + 10, "user": (1 << 31) + 11, "assistant": (1 << 31) + 12}
+_OTHER_ROLE_ID = (1 << 31) + 19
+TOKENS_PER_MESSAGE = 3  # <|im_start|> role ... <|im_end|>
+GENERATION_PROMPT = (IM_START_ID, _ROLE_IDS["assistant"])
+
+
+class PromptRenderer:
+    """Renders prompts to token ids, remembering each message's ids.
+
+    A plan's turns share Message objects with earlier turns, so caching per
+    message makes a long session cost its new words only.
+    """
+
+    def __init__(self, tokenizer: WordTokenizer | None = None) -> None:
+        self._tokenizer = tokenizer or WordTokenizer()
+        self._message_ids: dict[tuple[str, str], list[int]] = {}
+
+    def text_ids(self, text: str) -> list[int]:
+        """Token ids of plain text (a completions prompt)."""
+        return self._tokenizer.encode(text)
+
+    def message_ids(self, role: str, text: str) -> list[int]:
+        """The ids one chat message contributes, template tokens included."""
+        key = (role, text)
+        ids = self._message_ids.get(key)
+        if ids is None:
+            ids = [IM_START_ID, _ROLE_IDS.get(role, _OTHER_ROLE_ID)]
+            ids += self._tokenizer.encode(text)
+            ids.append(IM_END_ID)
+            self._message_ids[key] = ids
+        return ids
+
+    def chat_ids(self, system: str | None, messages: Iterable[tuple[str, str]]) -> list[int]:
+        """Ids of a chat prompt: system (if any), each (role, text), generation prompt."""
+        out: list[int] = []
+        if system:
+            out += self.message_ids("system", system)
+        for role, text in messages:
+            out += self.message_ids(role, text)
+        out += GENERATION_PROMPT
+        return out
+
+    def render(
+        self, system: str | None, messages: Sequence[Message], endpoint: Endpoint
+    ) -> list[int]:
+        """Prompt ids of a planned request, exactly as the simulated server computes them."""
+        if endpoint == "openai.completions":
+            return self.text_ids(render_prompt(system, tuple(messages)))
+        if endpoint == "anthropic.messages":
+            # The Anthropic face folds system turns into the system text.
+            parts = [system] if system else []
+            parts += [m.text for m in messages if m.role == "system"]
+            turns = [(m.role, m.text) for m in messages if m.role != "system"]
+            return self.chat_ids("\n\n".join(parts) or None, turns)
+        return self.chat_ids(system, ((m.role, m.text) for m in messages))
+
+
+def render_prompt_token_ids(
+    system: str | None, messages: Sequence[Message], endpoint: Endpoint
+) -> list[int]:
+    """Prompt token ids for one request (a fresh renderer; see PromptRenderer to reuse)."""
+    return PromptRenderer().render(system, messages, endpoint)

@@ -1,0 +1,133 @@
+"""How long one engine step takes: a roofline over the step's bytes and FLOPs.
+
+The scheduler (engine.py) describes each step as a ``StepShape`` and asks a
+``StepTimeModel`` for its duration, so a calibrated model (a lookup table, a
+regression on real traces) can replace ``RooflineTimeModel`` without touching
+the scheduler.
+
+The roofline: bytes streamed from HBM (weights once per step, KV of every
+context token, linear-attention state read and written per sequence) over
+bandwidth, against FLOPs (2 per GEMM parameter per token, plus attention) over
+tensor throughput, the two overlapping imperfectly. Fixed costs: a per-step launch
+overhead (larger without CUDA graphs), a per-sequence CPU cost, one pass of
+the draft head per speculative token, and PCIe copies of external (LMCache)
+prefix hits.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import Protocol
+
+from autotune.sim.hardware import GpuSpec
+from autotune.sim.memory import MemoryReport
+from autotune.sim.models import ModelSpec
+
+BANDWIDTH_EFFICIENCY = 0.9  # achieved / peak HBM bandwidth for large streaming reads
+COMPUTE_EFFICIENCY = 0.85  # achieved / peak tensor throughput (Marlin / cuBLAS GEMMs)
+OVERLAP_PENALTY = 0.1  # share of the shorter of memory/compute time not hidden by the other
+STEP_OVERHEAD_S = 1.2e-3  # launch + scheduling per step with CUDA graphs
+EAGER_OVERHEAD_PER_LAYER_S = 60e-6  # kernel launches per layer without a CUDA graph
+PIECEWISE_OVERHEAD_S = 0.8e-3  # mixed prefill/decode steps run attention outside graphs
+PER_SEQ_OVERHEAD_S = 25e-6  # input preparation, sampling and detokenization per sequence
+DRAFT_PASS_OVERHEAD_S = 0.35e-3  # launch cost of one draft-head forward
+SPEC_PER_SEQ_OVERHEAD_S = 20e-6  # rejection sampling and bookkeeping per sequence per draft
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """What one engine step computes."""
+
+    num_seqs: int  # sequences in the batch
+    num_prefill_tokens: int  # prompt tokens computed (not cached)
+    num_decode_tokens: int  # decode tokens, speculative verify tokens included
+    context_tokens: int  # KV tokens read (each sequence's context before this step)
+    attention_pairs: float  # query x key pairs over all sequences
+    num_spec_seqs: int = 0  # decode sequences that draft this step
+    num_draft_passes: int = 0  # draft-head forwards (k when any sequence drafts)
+    external_load_tokens: int = 0  # prefix tokens copied in from host memory (LMCache)
+
+    @property
+    def num_tokens(self) -> int:
+        return self.num_prefill_tokens + self.num_decode_tokens
+
+
+class StepTimeModel(Protocol):
+    """Anything that turns a step into seconds of modelled GPU time."""
+
+    def step_time_s(self, shape: StepShape) -> float: ...
+
+
+class RooflineTimeModel:
+    """The default step-time model; see the module docstring."""
+
+    def __init__(
+        self, gpu: GpuSpec, model: ModelSpec, memory: MemoryReport, *, enforce_eager: bool
+    ) -> None:
+        self._model = model
+        self._memory = memory
+        self._bandwidth = gpu.bandwidth_bytes_s * BANDWIDTH_EFFICIENCY
+        self._pcie = gpu.pcie_bytes_s
+        self._peak_flops = gpu.fp8_flops if model.weight_format == "fp8" else gpu.bf16_flops
+        self._weight_stream_bytes = model.weights_bytes - model.embedding_bytes
+        self._capture_sizes = list(memory.cudagraph_capture_sizes)
+        self._eager_overhead_s = EAGER_OVERHEAD_PER_LAYER_S * model.num_layers
+        self._enforce_eager = enforce_eager
+        # Attention FLOPs per query-key pair: QK^T and PV, 2 FLOPs per multiply-add.
+        num_attention = model.num_full_attention_layers
+        self._attn_flops_per_pair = 4 * num_attention * model.num_attention_heads * model.head_dim
+        self._linear_flops_per_token = (
+            4
+            * model.num_linear_attention_layers
+            * model.linear_num_value_heads
+            * model.linear_key_head_dim
+            * model.linear_value_head_dim
+        )
+
+    def _padded_tokens(self, num_tokens: int, has_prefill: bool) -> tuple[int, float]:
+        """Tokens actually computed (CUDA-graph padding) and the launch overhead."""
+        if self._enforce_eager or not self._capture_sizes:
+            return num_tokens, STEP_OVERHEAD_S + self._eager_overhead_s
+        index = bisect.bisect_left(self._capture_sizes, num_tokens)
+        if index == len(self._capture_sizes):
+            return num_tokens, STEP_OVERHEAD_S + self._eager_overhead_s
+        padded = self._capture_sizes[index]
+        return padded, STEP_OVERHEAD_S + (PIECEWISE_OVERHEAD_S if has_prefill else 0.0)
+
+    def _compute_s(self, flops: float) -> float:
+        return flops / (self._peak_flops * COMPUTE_EFFICIENCY)
+
+    def step_time_s(self, shape: StepShape) -> float:
+        if shape.num_seqs == 0:
+            return 0.0
+        memory = self._memory
+        tokens, overhead_s = self._padded_tokens(shape.num_tokens, shape.num_prefill_tokens > 0)
+        state_writes = 1 + (memory.num_speculative_tokens if shape.num_spec_seqs else 0)
+        bytes_moved = (
+            self._weight_stream_bytes
+            + (shape.context_tokens + shape.num_tokens) * memory.attention_bytes_per_token
+            + shape.num_seqs * memory.state_bytes_per_request * (1 + state_writes)
+        )
+        flops = (
+            2 * self._model.matmul_params * tokens
+            + self._attn_flops_per_pair * shape.attention_pairs
+            + self._linear_flops_per_token * tokens
+        )
+        memory_s = bytes_moved / self._bandwidth
+        compute_s = self._compute_s(flops)
+        time_s = max(memory_s, compute_s) + OVERLAP_PENALTY * min(memory_s, compute_s)
+        time_s += overhead_s + PER_SEQ_OVERHEAD_S * shape.num_seqs
+        if shape.num_draft_passes:
+            draft_bytes = self._model.mtp_draft_read_bytes
+            draft_memory_s = draft_bytes / self._bandwidth
+            # Each draft pass runs the head over every drafting sequence (2 FLOPs per param).
+            draft_compute_s = self._compute_s(draft_bytes * shape.num_spec_seqs)
+            time_s += shape.num_draft_passes * (
+                max(draft_memory_s, draft_compute_s)
+                + DRAFT_PASS_OVERHEAD_S
+                + SPEC_PER_SEQ_OVERHEAD_S * shape.num_spec_seqs
+            )
+        if shape.external_load_tokens:
+            time_s += shape.external_load_tokens * memory.attention_bytes_per_token / self._pcie
+        return time_s
