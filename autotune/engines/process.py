@@ -75,13 +75,23 @@ class ServerProcess:
         self._log_chunks: list[str] = []
 
     @classmethod
-    def start(cls, argv: Sequence[str], *, env: Mapping[str, str], log_path: Path) -> ServerProcess:
+    def start(
+        cls,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        log_path: Path,
+        preamble: Sequence[str] = (),
+    ) -> ServerProcess:
         """Start ``argv`` in a new session; output goes to ``log_path`` (truncated).
 
+        ``preamble`` lines are written first, each prefixed ``# autotune: ``.
         Raises ``EngineError`` when the executable cannot be started at all.
         """
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("wb") as log_file:
+            log_file.write("".join(f"# autotune: {line}\n" for line in preamble).encode())
+            log_file.flush()
             try:
                 popen = subprocess.Popen(
                     list(argv),
