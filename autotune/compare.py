@@ -78,7 +78,7 @@ def price_for(prices: dict[str, float], *names: str) -> float | None:
 
 
 def config_summary(row: TrialRow) -> str:
-    """The flags that matter most, short: ``kv-cache-memory-bytes=12.0 GiB, ...``."""
+    """The flags that matter most, short: ``kv-cache-memory-bytes=12 GiB, ...``."""
     flags = row.flags
     shown = [
         f"{n}={format_flag_value(n, flags[n])}" for n in SHORT_FLAGS if flags.get(n) is not None

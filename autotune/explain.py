@@ -36,10 +36,15 @@ def format_flag_value(name: str, value: Any) -> str:
     if isinstance(value, bool):
         return "on" if value else "off"
     if name.endswith("-bytes") and isinstance(value, int | float):
-        return f"{value / GIB:.1f} GiB"
+        return f"{gib_text(value / GIB)} GiB"
     if isinstance(value, dict):
         return ", ".join(f"{k}={v}" for k, v in value.items())
     return str(value)
+
+
+def gib_text(gib: float) -> str:
+    """``12.0`` -> ``"12"``, ``11.25`` -> ``"11.25"``: exact enough to act on."""
+    return f"{gib:.2f}".rstrip("0").rstrip(".")
 
 
 def mtp_tokens(row: TrialRow) -> int:
@@ -99,6 +104,8 @@ def headline_sentences(loaded: LoadedStudy, best: TrialRow) -> list[str]:
     sentence = f"The best config is trial {best.number}: {objective} {value:,.2f}"
     baseline = loaded.baseline()
     gain = loaded.gain_over_baseline(best)
+    if baseline is not None and baseline.number == best.number:
+        return [sentence + "; it is the baseline itself: no trial has beaten it yet."]
     if baseline is None:
         return [sentence + "; the study has no baseline trial to compare with."]
     if gain is None:
@@ -127,7 +134,9 @@ def _capacity_sentences(best: TrialRow, baseline: TrialRow) -> list[str]:
                 f"{per_gib_base:,.0f} with {dtype_base} ({_ratio(per_gib_best, per_gib_base)})."
             )
         if abs(gib_best - gib_base) > 0.05:
-            sentences.append(f"The KV pool went from {gib_base:.1f} GiB to {gib_best:.1f} GiB.")
+            sentences.append(
+                f"The KV pool went from {gib_text(gib_base)} GiB to {gib_text(gib_best)} GiB."
+            )
     if tokens_best and tokens_base and tokens_best != tokens_base:
         reach = ""
         if best.concurrency_reached is not None and baseline.concurrency_reached is not None:
@@ -324,7 +333,7 @@ def explain(loaded: LoadedStudy) -> list[Section]:
     best = loaded.best()
     why = headline_sentences(loaded, best)
     baseline = loaded.baseline()
-    if baseline is not None and baseline.config is not None:
+    if baseline is not None and baseline.config is not None and baseline.number != best.number:
         why += changed_flag_sentences(best, baseline)
         if baseline.measured or baseline.startup:
             why += _capacity_sentences(best, baseline)

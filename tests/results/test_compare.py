@@ -30,7 +30,7 @@ def test_table_compares_best_configs_with_cost(storage_url: str) -> None:
     )
     assert [row.trial for row in rows] == [7, 7]
     assert rows[0].output_tokens_per_usd == pytest.approx(608.0 * 3600 / 0.5)
-    assert rows[0].best_config.startswith("kv-cache-memory-bytes=12.0 GiB, kv-cache-dtype=fp8_e4m3")
+    assert rows[0].best_config.startswith("kv-cache-memory-bytes=12 GiB, kv-cache-dtype=fp8_e4m3")
     console = Console(width=200, record=True)
     console.print(comparison_table(rows))
     text = console.export_text()

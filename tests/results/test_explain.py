@@ -27,7 +27,7 @@ def test_explanation_is_computed_from_the_trials(study_url: str) -> None:
 def test_oom_boundary_names_the_bracketing_trials(study_url: str) -> None:
     memory = _text(study_url)["Where out-of-memory begins"]
     assert (
-        "kv-cache-memory-bytes between 12.0 GiB (largest that fitted, trial 7) and 12.5 GiB "
+        "kv-cache-memory-bytes between 12 GiB (largest that fitted, trial 7) and 12.5 GiB "
         "(smallest that ran out of memory, trial 5, kv-does-not-fit)"
     ) in memory
 
@@ -52,7 +52,7 @@ def test_oom_boundary_split_by_mtp_when_no_single_value_separates(storage_url: s
     assert ok.user_attrs["outcome"] == "ok"
     sentences = " ".join(oom_sentences(load_study(storage_url)))
     assert "Out-of-memory on kv-cache-memory-bytes depends on MTP" in sentences
-    assert "with MTP 2, between 10.0 GiB (largest that fitted, trial 6) and 11.5 GiB" in sentences
+    assert "with MTP 2, between 10 GiB (largest that fitted, trial 6) and 11.5 GiB" in sentences
 
 
 def test_flags_that_did_not_matter_come_from_importances(study_url: str) -> None:
