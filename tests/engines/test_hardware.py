@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from autotune.engines import hardware
+
+
+def test_detect_hardware_names_the_machine():
+    fingerprint = hardware.detect_hardware()
+    assert fingerprint.gpu_name
+    if hardware.gpu_fingerprint() is None:
+        assert fingerprint.source == "cpu"
+        assert fingerprint.gpu_name.startswith("CPU ")
+        assert fingerprint.memory_bytes and fingerprint.memory_bytes > 2**28
+        assert fingerprint.count >= 1
+    else:
+        assert fingerprint.source == "nvml"
+
+
+@pytest.mark.skipif(hardware.gpu_memory_used_bytes() is not None, reason="a GPU is present")
+def test_memory_wait_is_a_no_op_without_a_gpu():
+    assert hardware.gpu_memory_used_bytes() is None
+    assert asyncio.run(hardware.wait_for_gpu_memory([0], timeout_s=5)) < 1
+
+
+@pytest.mark.gpu
+def test_gpu_memory_back_to_baseline():
+    used = hardware.gpu_memory_used_bytes()
+    assert used is not None and all(value > 0 for value in used)
+    assert asyncio.run(hardware.wait_for_gpu_memory(used, timeout_s=5)) < 1
