@@ -6,11 +6,16 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.table import Table
 
 from autotune.cli._common import console, handle_errors
+from autotune.workload.expand import load_plan
 from autotune.workload.gen import ChatParams, ClaudeCodeParams, chat, claudecode, fixed
-from autotune.workload.io import Workload, write_workload
+from autotune.workload.importers import import_workload
+from autotune.workload.io import Workload, read_workload, write_workload
 from autotune.workload.plan import Endpoint
+from autotune.workload.slice import slice_workload
+from autotune.workload.stats import DEFAULT_STATS_BLOCK_SIZE, WorkloadStats, workload_stats
 
 app = typer.Typer(no_args_is_help=True, help="Workload files: import, inspect, cut, generate.")
 gen_app = typer.Typer(no_args_is_help=True, help="Generate a synthetic workload file.")
@@ -116,3 +121,91 @@ def gen_fixed(
         endpoint=_endpoint(endpoint),
     )
     _write(workload, out)
+
+
+ImportFrom = Annotated[
+    str,
+    typer.Option(
+        "--from", help="weka | mooncake | sharegpt | openai-log | anthropic-log", show_default=False
+    ),
+]
+
+
+@app.command("import")
+@handle_errors
+def import_(
+    source: Annotated[Path, typer.Argument(help="Trace file (or a directory of Weka traces).")],
+    out: OutArg,
+    from_: ImportFrom,
+    endpoint: EndpointOption = "openai.chat",
+) -> None:
+    """Convert a foreign trace or request log to a workload file; report what was dropped."""
+    workload, report = import_workload(from_, source, endpoint=_endpoint(endpoint))
+    for line in report.lines():
+        console().print(line, highlight=False)
+    _write(workload, out)
+
+
+@app.command("stats")
+@handle_errors
+def stats(
+    path: Annotated[Path, typer.Argument(help="Workload file.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    block_size: Annotated[
+        int, typer.Option(min=1, help="Block size of the ideal prefix cache (tokens).")
+    ] = DEFAULT_STATS_BLOCK_SIZE,
+    skip_invalid: Annotated[bool, typer.Option(help="Drop and count invalid lines.")] = False,
+) -> None:
+    """Requests, sessions, token distributions, ideal prefix-hit ratio, concurrency."""
+    plan = load_plan(path, skip_invalid=skip_invalid)
+    result = workload_stats(plan, block_size=block_size)
+    if as_json:
+        typer.echo(result.model_dump_json(indent=2))
+        return
+    console().print(_stats_table(result))
+
+
+@app.command("slice")
+@handle_errors
+def slice_(
+    path: Annotated[Path, typer.Argument(help="Workload file to cut.")],
+    out: Annotated[Path | None, typer.Argument(help="Output (default: PATH.slice.jsonl).")] = None,
+    sessions: Annotated[int | None, typer.Option(min=1, help="Keep the first N sessions.")] = None,
+    max_context: Annotated[
+        int | None, typer.Option(min=1, help="Drop requests whose prompt + output exceed this.")
+    ] = None,
+    duration: Annotated[
+        float | None, typer.Option(min=0.0, help="Keep requests arriving in the first D seconds.")
+    ] = None,
+    skip_invalid: Annotated[bool, typer.Option(help="Drop and count invalid lines.")] = False,
+) -> None:
+    """Cut a workload to what a card can hold, and say what was cut."""
+    workload = read_workload(path, skip_invalid=skip_invalid)
+    sliced, report = slice_workload(
+        workload, sessions=sessions, max_context=max_context, duration_s=duration
+    )
+    for line in report.lines():
+        console().print(line, highlight=False)
+    _write(sliced, out or path.with_suffix(".slice.jsonl"))
+
+
+def _stats_table(result: WorkloadStats) -> Table:
+    table = Table(title=f"{result.name} (tokens in {result.token_space})", show_header=False)
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    table.add_row("requests", str(result.requests))
+    table.add_row("sessions / threads", f"{result.sessions} / {result.threads}")
+    table.add_row("independent requests", str(result.independent_requests))
+    distributions = (("input", result.input_tokens), ("output", result.output_tokens))
+    for label, dist in distributions:
+        table.add_row(
+            f"{label} tokens p50 / p90 / p99 / max",
+            f"{dist.p50:,.0f} / {dist.p90:,.0f} / {dist.p99:,.0f} / {dist.max:,}",
+        )
+    table.add_row(
+        f"ideal prefix-hit ratio ({result.block_size}-token blocks)",
+        f"{result.prefix_hit_ratio:.1%}",
+    )
+    table.add_row("peak concurrent sessions", str(result.peak_concurrent_sessions))
+    table.add_row("duration (recorded arrivals)", f"{result.duration_s:,.1f} s")
+    return table

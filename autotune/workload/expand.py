@@ -165,17 +165,17 @@ class _Expander:
     ) -> tuple[str | None, int, tuple[Message, ...], tuple[int, ...]]:
         assert record.parent is not None  # the schema requires it
         parent = self.built[record.parent]
-        messages, counts = parent.messages, parent.message_tokens
+        messages = (*parent.messages, parent.response)
+        counts = (*parent.message_tokens, self.synth.count(parent.response.text))
         if spec.keep_messages is not None:
             if spec.keep_messages > len(messages):
                 raise WorkloadError(
                     f"{self.where(record)}: input.keep_messages: must be <= the parent's "
-                    f"{len(messages)} messages, but got {spec.keep_messages}"
+                    f"{len(messages)} messages and response, but got {spec.keep_messages}"
                 )
             messages, counts = messages[: spec.keep_messages], counts[: spec.keep_messages]
-        response = parent.response
-        new_messages = [response]
-        new_counts = [self.synth.count(response.text)]
+        new_messages: list[Message] = []
+        new_counts: list[int] = []
         for index, wire in enumerate(spec.append):
             text, tokens = self.parts(record, wire.parts(), f"{record.id}:m{index}")
             new_messages.append(Message(wire.role, text))

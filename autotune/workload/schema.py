@@ -95,9 +95,9 @@ class PrefixRecord(_Record):
 
 
 class DeltaInput(_Record):
-    """Prompt = parent's messages (first ``keep_messages`` of them when given,
-    which models compaction or a rewind), then the parent's response as an
-    assistant message, then ``append``."""
+    """Prompt = parent's messages and the parent's response (as an assistant
+    message), cut to the first ``keep_messages`` of them when given (a rewind
+    or a compaction), then ``append``."""
 
     mode: Literal["delta"] = "delta"
     append: list[WireMessage] = Field(min_length=1)

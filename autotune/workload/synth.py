@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import random
+from array import array
 
 from autotune.errors import WorkloadError
 from autotune.workload.tokenizer import Tokenizer, WordTokenizer
@@ -28,12 +28,8 @@ def word_vocabulary() -> list[str]:
     return [a + b + c for a, b in itertools.product(syllables, repeat=2) for c in ("n", "s", "")]
 
 
-def _rng(key: str) -> random.Random:
-    return random.Random(int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little"))
-
-
 class Synthesizer:
-    """Builds synthetic text for a tokenizer; caches blocks by (scope, hash id)."""
+    """Builds synthetic text for a tokenizer, deterministically from string keys."""
 
     def __init__(self, tokenizer: Tokenizer, *, seed: int = 0, block_size: int = 64) -> None:
         if not isinstance(tokenizer, WordTokenizer):
@@ -45,11 +41,12 @@ class Synthesizer:
         self.seed = seed
         self.block_size = block_size
         self._vocab = word_vocabulary()
-        self._blocks: dict[tuple[str, int], list[str]] = {}
 
     def words(self, key: str, tokens: int) -> list[str]:
-        """``tokens`` vocabulary entries seeded by ``key``."""
-        return _rng(f"{self.seed}:{key}").choices(self._vocab, k=tokens)
+        """``tokens`` vocabulary entries drawn from the SHAKE-256 stream of ``key``."""
+        stream = hashlib.shake_256(f"{self.seed}:{key}".encode()).digest(4 * tokens)
+        vocab, size = self._vocab, len(self._vocab)
+        return [vocab[index % size] for index in array("I", stream)]
 
     def text(self, key: str, tokens: int) -> str:
         """Unique text of exactly ``tokens`` tokens, seeded by ``key``."""
@@ -59,11 +56,7 @@ class Synthesizer:
         """The first ``tokens`` words of the block of ``hash_id`` in ``scope``."""
         if tokens > self.block_size:
             raise WorkloadError(f"block of {tokens} tokens exceeds block_size {self.block_size}")
-        cached = self._blocks.get((scope, hash_id))
-        if cached is None:
-            cached = self.words(f"{scope}:{hash_id}", self.block_size)
-            self._blocks[(scope, hash_id)] = cached
-        return cached[:tokens]
+        return self.words(f"{scope}:{hash_id}", self.block_size)[:tokens]
 
     def blocks_text(self, scope: str, hash_ids: list[int], tokens: int, tail_key: str) -> str:
         """``tokens`` tokens: full blocks of ``hash_ids``; the last block partial or, past

@@ -134,9 +134,9 @@ def test_keep_messages_truncates_history(write_jsonl: Callable[..., Path]) -> No
         ]
     )
     a, b, c = load_plan(path).requests
-    assert len(b.messages) == 3 and len(c.messages) == 3
+    assert len(b.messages) == 3 and len(c.messages) == 2
     assert c.messages[0] is a.messages[0]
-    assert c.prompt_tokens == 40 + 5 + 3
+    assert c.prompt_tokens == 40 + 3  # a's prompt kept, a's response and b's turn cut
 
 
 def test_malformed_line_names_file_line_and_field(write_jsonl: Callable[..., Path]) -> None:

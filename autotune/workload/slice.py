@@ -1,0 +1,136 @@
+"""Cut a workload to what a card can hold: fewer sessions, shorter contexts, a time window.
+
+Dropping a request also drops the requests that build on it (its delta
+children and the rest of its thread), and removes it from others' ``after``
+lists (a join on a dropped subagent simply no longer waits).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from autotune.workload.io import Workload
+from autotune.workload.schema import (
+    BlocksInput,
+    DeltaInput,
+    Part,
+    RequestRecord,
+    SynthPart,
+    WireMessage,
+)
+from autotune.workload.tokenizer import Tokenizer, WordTokenizer
+
+
+@dataclass
+class SliceReport:
+    """Requests kept and dropped (by reason)."""
+
+    kept: int = 0
+    dropped: Counter[str] = field(default_factory=Counter)
+    sessions_kept: int = 0
+    sessions_dropped: int = 0
+
+    def lines(self) -> list[str]:
+        out = [
+            f"kept {self.kept} requests in {self.sessions_kept} sessions "
+            f"({self.sessions_dropped} sessions dropped)"
+        ]
+        out.extend(f"  dropped {count} x {reason}" for reason, count in self.dropped.most_common())
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Size:
+    arrival_s: float
+    system_tokens: int
+    message_tokens: tuple[int, ...]
+    response_tokens: int
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.system_tokens + sum(self.message_tokens)
+
+
+def measure(workload: Workload, tokenizer: Tokenizer) -> dict[str, _Size]:
+    """Arrival and prompt size of every request, as ``expand`` would give, without text."""
+
+    def parts(items: list[Part]) -> int:
+        return sum(p.tokens if isinstance(p, SynthPart) else tokenizer.count(p.text) for p in items)
+
+    def messages(items: list[WireMessage]) -> tuple[int, ...]:
+        return tuple(parts(message.parts()) for message in items)
+
+    prefix_tokens = {key: parts(prefix.system) for key, prefix in workload.prefixes.items()}
+    sizes: dict[str, _Size] = {}
+    for record in workload.requests:
+        spec = record.input
+        if isinstance(spec, DeltaInput):
+            assert record.parent is not None  # the schema requires it
+            parent = sizes[record.parent]
+            history = (*parent.message_tokens, parent.response_tokens)[: spec.keep_messages]
+            system = parent.system_tokens
+            counts = history + messages(spec.append)
+        else:
+            system = prefix_tokens[record.prefix] if record.prefix else 0
+            if isinstance(spec, BlocksInput):
+                counts = (spec.tokens,)
+            else:
+                system += parts(spec.system or [])
+                counts = messages(spec.messages)
+        if record.t_s is not None:
+            arrival_s = record.t_s
+        else:
+            deps = record.dependencies()
+            arrival_s = max((sizes[dep].arrival_s for dep in deps), default=0.0) + record.gap_s
+        output = record.output
+        response = tokenizer.count(output.text) if output.text is not None else output.tokens
+        sizes[record.id] = _Size(arrival_s, system, counts, response)
+    return sizes
+
+
+def slice_workload(
+    workload: Workload,
+    *,
+    sessions: int | None = None,
+    max_context: int | None = None,
+    duration_s: float | None = None,
+    tokenizer: Tokenizer | None = None,
+) -> tuple[Workload, SliceReport]:
+    """Keep the first ``sessions`` sessions (by first arrival), requests whose prompt +
+    output fits ``max_context`` tokens, and those arriving within ``duration_s`` of the start."""
+    sizes = measure(workload, tokenizer or WordTokenizer())
+    start_s = min((size.arrival_s for size in sizes.values()), default=0.0)
+    by_arrival = sorted(workload.requests, key=lambda record: sizes[record.id].arrival_s)
+    order = list(dict.fromkeys(r.session for r in by_arrival if r.session is not None))
+    kept_sessions = set(order if sessions is None else order[:sessions])
+    report = SliceReport()
+    reasons: dict[str, str] = {}
+    for record in workload.requests:
+        size = sizes[record.id]
+        if record.session is not None and record.session not in kept_sessions:
+            reasons[record.id] = "session beyond --sessions"
+        elif duration_s is not None and size.arrival_s - start_s > duration_s:
+            reasons[record.id] = f"arrives after {duration_s:g}s"
+        elif record.parent is not None and record.parent in reasons:
+            reasons[record.id] = "builds on a dropped request"
+        elif record.dependencies() and all(dep in reasons for dep in record.dependencies()):
+            reasons[record.id] = "waits only on dropped requests"
+        elif max_context is not None and size.prompt_tokens + record.output.tokens > max_context:
+            reasons[record.id] = f"prompt + output over {max_context} tokens"
+    kept: list[RequestRecord] = []
+    for record in workload.requests:
+        if record.id in reasons:
+            report.dropped[reasons[record.id]] += 1
+            continue
+        if record.after is not None and any(dep in reasons for dep in record.after):
+            after = [dep for dep in record.after if dep not in reasons]
+            default = [record.parent] if record.parent else []
+            record = record.model_copy(update={"after": None if after == default else after})
+        kept.append(record)
+    report.kept = len(kept)
+    report.sessions_kept = len({r.session for r in kept if r.session is not None})
+    report.sessions_dropped = len(order) - report.sessions_kept
+    used = {record.prefix for record in kept if record.prefix is not None}
+    prefixes = {key: value for key, value in workload.prefixes.items() if key in used}
+    return Workload(workload.header, prefixes, kept), report
