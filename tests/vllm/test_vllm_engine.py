@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from autotune.replay import LoadSpec
+from autotune.replay.runner import replay
+from autotune.workload.expand import expand
+from autotune.workload.gen import fixed
 from tests.engines.contract import EngineContract, RunningServer
 from tests.vllm.conftest import tiny_config
 
@@ -35,6 +39,34 @@ def running(vllm_engine, tmp_path_factory):
     )
     yield handle
     handle.stop()
+
+
+def test_replay_tokens_match_vllm_metrics(running):
+    # Runs before the contract class, whose last test stops the shared server.
+    server = running.server
+    plan = expand(fixed(requests=16, prompt_tokens=96, output_tokens=48))
+    load = LoadSpec(mode="concurrency", concurrency=4, saturation_stop=False)
+    result = running.run(
+        replay(
+            url=server.url,
+            plan=plan,
+            load=load,
+            model_name=server.served_model_name,
+            api_key=server.api_key,
+            scrape_interval_s=2.0,
+        )
+    )
+    records = result.records
+    assert len(records) == 16
+    assert all(record.ok for record in records), [r.error_detail for r in records]
+    assert result.server_stats is not None
+    client_output = sum(record.output_tokens for record in records)
+    client_prompt = sum(record.prompt_tokens for record in records)
+    assert client_output > 0
+    assert result.server_stats.generation_tokens == client_output
+    assert result.server_stats.prompt_tokens == client_prompt
+    assert result.stats.total_output_tokens == client_output
+    assert server.poll_failure() is None
 
 
 class TestVllmEngine(EngineContract):
