@@ -1,0 +1,106 @@
+"""The hand-run closed-loop benchmark, predicted: concurrency x MTP on one configuration.
+
+Mirrors the field notes' table: N clients, each sending fixed-size requests
+back to back (its next request when the previous ends), aggregate output
+tokens/s and mean latency per (concurrency, MTP) cell.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import BaseModel, ConfigDict
+
+from autotune.errors import InputError
+from autotune.replay.load import LoadSpec
+from autotune.sim.config import SimConfig
+from autotune.sim.predict import predict
+from autotune.sim.units import GIB
+from autotune.workload.expand import expand
+from autotune.workload.gen import fixed
+
+REQUESTS_PER_CLIENT = 4  # enough rounds that arrivals and decodes interleave
+# The field notes' card runs its calibrated settings unless told otherwise.
+HARDWARE_BASELINES: dict[str, dict[str, object]] = {
+    "rtx4080s-32g": {
+        "kv_cache_memory_bytes": 9 * GIB,
+        "kv_cache_dtype": "fp8_e4m3",
+        "language_model_only": True,
+    },
+}
+
+
+class SweepRow(BaseModel):
+    """One cell of the closed-loop table."""
+
+    model_config = ConfigDict(frozen=True)
+
+    concurrency: int
+    mtp: int
+    output_tokens_per_s: float | None
+    mean_latency_s: float | None
+    duration_s: float | None  # modelled wall time of the whole run
+    mean_ttft_s: float | None
+    mean_tpot_s: float | None
+    completed: int
+    mean_acceptance_length: float | None
+    preemptions: int | None
+    kv_cache_tokens: int
+    failure: str | None  # failure class when the configuration does not run
+
+
+def baseline_config(hardware: str, model: str, **overrides: object) -> SimConfig:
+    """``model`` on ``hardware`` with that card's baseline flags, then ``overrides``."""
+    values: dict[str, object] = {"hardware": hardware, "model": model}
+    values.update(HARDWARE_BASELINES.get(hardware, {}))
+    values.update({key: value for key, value in overrides.items() if value is not None})
+    return SimConfig.model_validate(values)
+
+
+def closed_loop_sweep(
+    base: SimConfig,
+    *,
+    concurrencies: Sequence[int],
+    mtps: Sequence[int],
+    prompt_tokens: int,
+    output_tokens: int,
+    requests_per_client: int = REQUESTS_PER_CLIENT,
+    seed: int = 0,
+) -> list[SweepRow]:
+    """Predict every (concurrency, MTP) cell; raises InputError for a bad grid."""
+    if not concurrencies or min(concurrencies) < 1:
+        raise InputError(f"concurrency values must be >= 1, but got {list(concurrencies)}")
+    if not mtps or min(mtps) < 0:
+        raise InputError(f"mtp values must be >= 0, but got {list(mtps)}")
+    rows: list[SweepRow] = []
+    for concurrency in concurrencies:
+        plan = expand(
+            fixed(
+                requests=concurrency * requests_per_client,
+                prompt_tokens=prompt_tokens,
+                output_tokens=output_tokens,
+            )
+        )
+        load = LoadSpec(mode="concurrency", concurrency=concurrency, saturation_stop=False)
+        for mtp in mtps:
+            config = base.model_copy(update={"num_speculative_tokens": mtp})
+            prediction = predict(config, plan, load, seed=seed)
+            stats, server = prediction.stats, prediction.server_stats
+            ran = prediction.failure is None
+            rows.append(
+                SweepRow(
+                    concurrency=concurrency,
+                    mtp=mtp,
+                    output_tokens_per_s=stats.output_throughput_tok_s if ran else None,
+                    mean_latency_s=stats.e2e.mean if ran else None,
+                    duration_s=stats.duration_s if ran else None,
+                    mean_ttft_s=stats.ttft.mean if ran else None,
+                    mean_tpot_s=stats.tpot.mean if ran else None,
+                    completed=stats.completed,
+                    mean_acceptance_length=server.spec_decode_mean_acceptance_length,
+                    preemptions=server.preemptions,
+                    kv_cache_tokens=prediction.memory.kv_cache_tokens,
+                    failure=None if ran else prediction.failure.failure_class.value,  # type: ignore[union-attr]  # ran is False
+                )
+            )
+    return rows
