@@ -23,6 +23,7 @@ import httpx
 import uvicorn
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -104,8 +105,8 @@ class _Exchange:
     """One proxied call, filled in while its response streams."""
 
     endpoint: Endpoint | None
-    body: dict[str, Any] | None
-    session: str | None
+    raw_body: bytes
+    headers: Headers
     start_s: float
     start_perf: float
     first_byte_perf: float | None = None
@@ -143,14 +144,14 @@ def build_app(
                 await state["client"].aclose()
 
     def finish(exchange: _Exchange, status: int) -> None:
-        if exchange.endpoint is None or exchange.body is None:
+        """Parse and record a finished call (runs after its last byte was sent)."""
+        end_perf = time.perf_counter()
+        if exchange.endpoint is None or not exchange.complete:
             return
-        if not exchange.complete:
-            return
-        if not 200 <= status < 300:
+        body = _parse_body(exchange.raw_body)
+        if body is None or not 200 <= status < 300:
             recorder.skipped += 1
             return
-        end_perf = time.perf_counter()
         summary = summarize_response(b"".join(exchange.chunks))
         expect: dict[str, object] = {"e2e_s": round(end_perf - exchange.start_perf, 4)}
         if exchange.first_byte_perf is not None:
@@ -161,8 +162,8 @@ def build_app(
             expect["cached_tokens"] = summary.cached_tokens
         recorder.observe(
             ObservedCall(
-                call=render(exchange.endpoint, exchange.body),
-                session_key=exchange.session,
+                call=render(exchange.endpoint, body),
+                session_key=session_key(dict(exchange.headers), body),
                 start_s=exchange.start_s,
                 end_s=exchange.start_s + (end_perf - exchange.start_perf),
                 output_tokens=summary.output_tokens,
@@ -174,12 +175,10 @@ def build_app(
     async def proxy(request: Request) -> Response:
         raw = await request.body()
         path = request.url.path
-        endpoint = RECORDED_PATHS.get(path) if request.method == "POST" else None
-        body = _parse_body(raw) if endpoint else None
         exchange = _Exchange(
-            endpoint=endpoint,
-            body=body,
-            session=session_key(dict(request.headers), body or {}),
+            endpoint=RECORDED_PATHS.get(path) if request.method == "POST" else None,
+            raw_body=raw,
+            headers=request.headers,
             start_s=time.time(),
             start_perf=time.perf_counter(),
         )
