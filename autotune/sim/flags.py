@@ -218,7 +218,12 @@ def build_parser() -> argparse.ArgumentParser:
     add("--kv-cache-dtype", choices=sorted(KV_CACHE_DTYPES), default="auto")
     add("--block-size", type=_positive_int, default=None)
     add("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None)
-    add("--disable-prefix-caching", dest="enable_prefix_caching", action="store_false")
+    add(
+        "--disable-prefix-caching",
+        dest="enable_prefix_caching",
+        action="store_false",
+        default=None,
+    )
     add("--mamba-cache-mode", choices=("align", "none"), default=None)
     add("--kv-transfer-config", type=_kv_transfer_config, default=None)
     # Model and scheduler

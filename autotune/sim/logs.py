@@ -291,6 +291,14 @@ API_STARTUP_FRAMES = (
         "raise RuntimeError(",
     ),
 )
+CONFIG_FRAMES = (
+    (
+        "<site-packages>/vllm/engine/arg_utils.py",
+        1873,
+        "create_engine_config",
+        "model_config = self.create_model_config()",
+    ),
+)
 ENGINE_DEAD_ERROR = (
     "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. "
     "See stack trace (above) for the root cause."

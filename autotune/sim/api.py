@@ -1,0 +1,453 @@
+"""The simulator's HTTP routes: vLLM's OpenAI and Anthropic endpoints, health, metrics.
+
+Requests become ``RequestStream``s on the ``EngineRunner``; the handlers turn
+the tokens that arrive into vLLM-shaped SSE events or one JSON body. Streams
+are written by a small ASGI response that also watches for the client going
+away, so a disconnect aborts the request in the engine at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from autotune.errors import InputError
+from autotune.sim import responses as shapes
+from autotune.sim.faults import FaultInjector
+from autotune.sim.flags import ServeArgs
+from autotune.sim.metrics_export import CONTENT_TYPE, VllmMetrics
+from autotune.sim.prompt import PromptRenderer
+from autotune.sim.runloop import EngineDeadError, EngineRunner, RequestStream
+from autotune.workload.plan import Message
+
+GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")  # vLLM's --api-key middleware
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+]
+
+
+class StreamCut(Exception):
+    """Raised inside a stream to drop the connection mid-body (--fault-cut-stream-rate)."""
+
+
+class SseResponse:
+    """An SSE body from an async iterator; aborts the request if the client leaves."""
+
+    def __init__(self, events: AsyncIterator[bytes], on_close: Callable[[], None]) -> None:
+        self._events = events
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+        producer = asyncio.ensure_future(self._produce(send))
+        watcher = asyncio.ensure_future(_wait_disconnect(receive))
+        try:
+            await asyncio.wait({producer, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            producer.cancel()
+            watcher.cancel()
+            self._on_close()
+        if producer.done() and not producer.cancelled() and producer.exception() is not None:
+            raise producer.exception()  # a StreamCut: let the server drop the connection
+
+    async def _produce(self, send: Send) -> None:
+        async for chunk in self._events:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _wait_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+def _content_text(content: Any) -> str:
+    """Message content as plain text: a string, or OpenAI / Anthropic content parts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    parts: list[str] = []
+    for part in content:
+        if not isinstance(part, dict):
+            parts.append(str(part))
+        elif isinstance(part.get("text"), str):
+            parts.append(part["text"])
+        elif "input" in part:  # Anthropic tool_use
+            parts.append(json.dumps(part["input"]))
+        elif "content" in part:  # Anthropic tool_result
+            parts.append(_content_text(part["content"]))
+    return "\n".join(parts)
+
+
+class BadRequest(Exception):
+    def __init__(self, message: str, status: int = 400, kind: str = "BadRequestError") -> None:
+        super().__init__(message)
+        self.status = status
+        self.kind = kind
+
+
+class SimApi:
+    """The route handlers over one runner."""
+
+    def __init__(
+        self,
+        args: ServeArgs,
+        runner: EngineRunner,
+        metrics: VllmMetrics,
+        faults: FaultInjector,
+        *,
+        max_model_len: int,
+        on_startup: Callable[[], None],
+    ) -> None:
+        self.args = args
+        self.runner = runner
+        self.metrics = metrics
+        self.faults = faults
+        self.max_model_len = max_model_len
+        self.model_name = args.served_model_name
+        self.renderer = PromptRenderer()
+        self._on_startup = on_startup
+        self._created = int(time.time())
+
+    def app(self) -> Starlette:
+        routes = [
+            Route("/health", self.health, methods=["GET"]),
+            Route("/ping", self.health, methods=["GET", "POST"]),
+            Route("/version", self.version, methods=["GET"]),
+            Route("/load", self.load, methods=["GET"]),
+            Route("/metrics", self.metrics_text, methods=["GET"]),
+            Route("/v1/models", self.models, methods=["GET"]),
+            Route("/v1/chat/completions", self.chat, methods=["POST"]),
+            Route("/v1/completions", self.completions, methods=["POST"]),
+            Route("/v1/messages", self.messages, methods=["POST"]),
+            Route("/v1/messages/count_tokens", self.count_tokens, methods=["POST"]),
+        ]
+        app = Starlette(routes=routes, lifespan=self._lifespan)
+        app.add_middleware(_ApiKeyMiddleware, keys=self.args.api_keys)  # type: ignore[arg-type]
+        return app
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        self._on_startup()
+        yield
+
+    # -- plain endpoints ------------------------------------------------------------------
+
+    async def health(self, request: Request) -> Response:
+        return Response(status_code=503 if self.runner.dead else 200)
+
+    async def version(self, request: Request) -> Response:
+        return JSONResponse({"version": self.args.vllm_version})
+
+    async def load(self, request: Request) -> Response:
+        return JSONResponse({"server_load": 0})
+
+    async def metrics_text(self, request: Request) -> Response:
+        self.metrics.sync(self.runner.core.counters)
+        return Response(self.metrics.render(), media_type=CONTENT_TYPE)
+
+    async def models(self, request: Request) -> Response:
+        card = {
+            "id": self.model_name,
+            "object": "model",
+            "created": self._created,
+            "owned_by": "vllm",
+            "root": self.args.sim.model,
+            "parent": None,
+            "max_model_len": self.max_model_len,
+            "permission": [],
+        }
+        return JSONResponse({"object": "list", "data": [card]})
+
+    # -- generation endpoints -------------------------------------------------------------
+
+    async def chat(self, request: Request) -> Response:
+        return await self._generate(request, "openai.chat")
+
+    async def completions(self, request: Request) -> Response:
+        return await self._generate(request, "openai.completions")
+
+    async def messages(self, request: Request) -> Response:
+        return await self._generate(request, "anthropic.messages")
+
+    async def count_tokens(self, request: Request) -> Response:
+        try:
+            body = await self._body(request)
+            ids = self._prompt_ids(body, "anthropic.messages")
+        except BadRequest as exc:
+            return JSONResponse(shapes.anthropic_error(str(exc)), status_code=exc.status)
+        count = len(ids)
+        return JSONResponse(
+            {"input_tokens": count, "context_management": {"original_input_tokens": count}}
+        )
+
+    async def _body(self, request: Request) -> dict[str, Any]:
+        try:
+            body = json.loads(await request.body())
+        except json.JSONDecodeError as exc:
+            raise BadRequest(f"Invalid JSON body: {exc.msg}") from exc
+        if not isinstance(body, dict):
+            raise BadRequest("The request body must be a JSON object")
+        model = body.get("model")
+        if model is not None and model != self.model_name:
+            raise BadRequest(f"The model `{model}` does not exist.", 404, "NotFoundError")
+        return body
+
+    def _prompt_ids(self, body: dict[str, Any], endpoint: str) -> list[int]:
+        if endpoint == "openai.completions":
+            prompt = body.get("prompt")
+            if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
+                return list(prompt)
+            if isinstance(prompt, list):
+                prompt = "".join(str(part) for part in prompt)
+            if not isinstance(prompt, str):
+                raise BadRequest("'prompt' must be a string or a list of token ids")
+            return self.renderer.text_ids(prompt)
+        raw = body.get("messages")
+        if not isinstance(raw, list) or not raw:
+            raise BadRequest("messages must contain at least one item")
+        messages = [
+            Message(role=str(m.get("role", "user")), text=_content_text(m.get("content")))
+            for m in raw
+            if isinstance(m, dict)
+        ]
+        system = None
+        if endpoint == "anthropic.messages" and body.get("system") is not None:
+            system = _content_text(body["system"])
+        return self.renderer.render(system, messages, endpoint)  # type: ignore[arg-type]
+
+    def _max_tokens(self, body: dict[str, Any], prompt_tokens: int) -> int:
+        if prompt_tokens >= self.max_model_len:
+            raise BadRequest(
+                f"This model's maximum context length is {self.max_model_len} tokens. However, "
+                f"your prompt contains {prompt_tokens} input tokens, which exceeds this limit "
+                "even without any output tokens. Please reduce the length of the input prompt."
+            )
+        room = self.max_model_len - prompt_tokens
+        requested = body.get("max_completion_tokens") or body.get("max_tokens")
+        if requested is None:
+            return room
+        if not isinstance(requested, int) or requested < 1:
+            raise BadRequest(f"max_tokens must be at least 1, got {requested}.")
+        if requested > room:
+            raise BadRequest(
+                f"'max_tokens' or 'max_completion_tokens' is too large: {requested}. This "
+                f"model's maximum context length is {self.max_model_len} tokens and your request "
+                f"has {prompt_tokens} input tokens ({requested} > {self.max_model_len} - "
+                f"{prompt_tokens})."
+            )
+        return requested
+
+    async def _generate(self, request: Request, endpoint: str) -> Response:
+        anthropic = endpoint == "anthropic.messages"
+        try:
+            body = await self._body(request)
+            if self.runner.dead:
+                raise BadRequest(shapes.ENGINE_DEAD_MESSAGE, 500, "InternalServerError")
+            if self.faults.should_fail_with_5xx():
+                raise BadRequest("Simulated server error.", 500, "InternalServerError")
+            ids = self._prompt_ids(body, endpoint)
+            max_tokens = self._max_tokens(body, len(ids))
+            min_tokens = int(body.get("min_tokens") or 0)
+            stream = self.runner.submit(
+                ids,
+                max_tokens=max_tokens,
+                min_tokens=min(min_tokens, max_tokens),
+                ignore_eos=bool(body.get("ignore_eos", False)),
+                cache_salt=body.get("cache_salt"),
+            )
+        except BadRequest as exc:
+            if anthropic:
+                kind = "api_error" if exc.status >= 500 else "invalid_request_error"
+                return JSONResponse(shapes.anthropic_error(str(exc), kind), exc.status)
+            return JSONResponse(shapes.openai_error(str(exc), exc.status, exc.kind), exc.status)
+        except InputError as exc:  # the engine rejected the prompt
+            if anthropic:
+                return JSONResponse(shapes.anthropic_error(str(exc)), 400)
+            return JSONResponse(shapes.openai_error(str(exc), 400, "BadRequestError"), 400)
+        except EngineDeadError:
+            return JSONResponse(
+                shapes.openai_error(shapes.ENGINE_DEAD_MESSAGE, 500, "InternalServerError"), 500
+            )
+        writer = _StreamWriter(self, stream, endpoint, body)
+        if body.get("stream"):
+            return SseResponse(writer.events(), lambda: self.runner.abort(stream))  # type: ignore[return-value]
+        waiter = asyncio.ensure_future(writer.collect())
+        watcher = asyncio.ensure_future(_wait_disconnect(request.receive))
+        try:
+            await asyncio.wait({waiter, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watcher.cancel()
+            if not waiter.done():
+                waiter.cancel()
+                self.runner.abort(stream)
+        if waiter.cancelled():
+            return Response(status_code=499)
+        try:
+            return JSONResponse(waiter.result())
+        except EngineDeadError:
+            return JSONResponse(
+                shapes.openai_error(shapes.ENGINE_DEAD_MESSAGE, 500, "InternalServerError"), 500
+            )
+
+
+class _StreamWriter:
+    """Turns one RequestStream into the endpoint's SSE events or JSON body."""
+
+    def __init__(self, api: SimApi, stream: RequestStream, endpoint: str, body: dict) -> None:
+        self.api = api
+        self.stream = stream
+        self.endpoint = endpoint
+        self.model = api.model_name
+        self.created = int(time.time())
+        prefix = {"openai.chat": "chatcmpl-", "openai.completions": "cmpl-"}.get(endpoint, "msg_")
+        self.response_id = prefix + uuid.uuid4().hex
+        options = body.get("stream_options") or {}
+        anthropic = endpoint == "anthropic.messages"
+        self.include_usage = anthropic or bool(options.get("include_usage"))
+        self.continuous_usage = bool(options.get("continuous_usage_stats"))
+
+    def _usage(self) -> dict[str, Any]:
+        s = self.stream
+        return shapes.usage(s.prompt_tokens, s.generated_tokens, s.cached_tokens)
+
+    async def _first_token_delay(self) -> None:
+        delay_s = self.api.faults.config.slow_first_token_s
+        if delay_s > 0:
+            await asyncio.sleep(delay_s / self.api.runner.time_scale)
+
+    async def collect(self) -> dict[str, Any]:
+        """Wait for the whole output; the non-streaming response body."""
+        s = self.stream
+        first = True
+        while await s.next_tokens() or not s.finished:
+            if first:
+                await self._first_token_delay()
+                first = False
+        text = shapes.render_tokens(0, s.generated_tokens)
+        reason = s.finish_reason or "length"
+        if self.endpoint == "openai.chat":
+            return shapes.chat_completion(
+                self.response_id, self.created, self.model, text, reason, self._usage()
+            )
+        if self.endpoint == "openai.completions":
+            return shapes.text_completion(
+                self.response_id, self.created, self.model, text, reason, self._usage()
+            )
+        usage = shapes.anthropic_usage(s.prompt_tokens, s.generated_tokens, s.cached_tokens)
+        stop = shapes.ANTHROPIC_STOP_REASONS.get(reason, "end_turn")
+        return shapes.anthropic_message(self.response_id, self.model, text, stop, usage)
+
+    async def events(self) -> AsyncIterator[bytes]:
+        """The SSE events of a streaming response, in vLLM's shapes."""
+        s = self.stream
+        anthropic = self.endpoint == "anthropic.messages"
+        cut_after = self.api.faults.cut_after_tokens(s.max_tokens)
+        sent = 0
+        try:
+            while True:
+                count = await s.next_tokens()
+                if count == 0 and not s.finished:
+                    continue
+                if sent == 0 and count:
+                    await self._first_token_delay()
+                    start = self._start_events()
+                    if start:
+                        yield start
+                if cut_after is not None and sent + count > cut_after:
+                    raise StreamCut(self.stream.request_id)
+                text = shapes.render_tokens(sent, count)
+                sent += count
+                if anthropic:
+                    if count:
+                        yield shapes.anthropic_delta(text)
+                    if s.finished:
+                        if sent == 0:
+                            yield self._start_events()
+                        usage = shapes.anthropic_usage(s.prompt_tokens, sent, s.cached_tokens)
+                        stop = shapes.ANTHROPIC_STOP_REASONS.get(s.finish_reason or "", "end_turn")
+                        yield shapes.anthropic_stream_end(stop, usage)
+                        return
+                    continue
+                reason = (s.finish_reason or "length") if s.finished else None
+                yield self._openai_chunk(text, reason)
+                if s.finished:
+                    if self.include_usage:
+                        obj = (
+                            "chat.completion.chunk"
+                            if self.endpoint == "openai.chat"
+                            else "text_completion"
+                        )
+                        yield shapes.sse(
+                            shapes.usage_chunk(
+                                self.response_id, self.created, self.model, obj, self._usage()
+                            )
+                        )
+                    yield shapes.DONE
+                    return
+        except EngineDeadError:
+            if anthropic:
+                error = shapes.anthropic_error(shapes.ENGINE_DEAD_MESSAGE, "internal_error")
+                yield shapes.sse_event("error", error) + shapes.DONE
+            else:
+                error = shapes.openai_error(shapes.ENGINE_DEAD_MESSAGE, 500, "InternalServerError")
+                yield shapes.sse(error) + shapes.DONE
+
+    def _start_events(self) -> bytes:
+        if self.endpoint == "anthropic.messages":
+            s = self.stream
+            usage = shapes.anthropic_usage(s.prompt_tokens, 0, s.cached_tokens)
+            return shapes.anthropic_stream_start(self.response_id, self.model, usage)
+        if self.endpoint == "openai.chat":
+            delta = {"role": "assistant", "content": ""}
+            chunk = shapes.chat_chunk(self.response_id, self.created, self.model, delta, None)
+            return shapes.sse(self._with_usage(chunk))
+        return b""
+
+    def _openai_chunk(self, text: str, reason: str | None) -> bytes:
+        if self.endpoint == "openai.chat":
+            chunk = shapes.chat_chunk(
+                self.response_id, self.created, self.model, {"content": text}, reason
+            )
+        else:
+            chunk = shapes.completion_chunk(
+                self.response_id, self.created, self.model, text, reason
+            )
+        return shapes.sse(self._with_usage(chunk))
+
+    def _with_usage(self, chunk: dict[str, Any]) -> dict[str, Any]:
+        if self.continuous_usage:
+            chunk["usage"] = self._usage()
+        return chunk
+
+
+class _ApiKeyMiddleware:
+    """vLLM's --api-key check: ``Authorization: Bearer <key>`` on /v1 (and similar) paths."""
+
+    def __init__(self, app: Any, keys: tuple[str, ...]) -> None:
+        self.app = app
+        self.expected = {f"Bearer {key}".encode() for key in keys}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            self.expected
+            and scope["type"] == "http"
+            and scope["path"].startswith(GUARDED_PREFIXES)
+            and dict(scope["headers"]).get(b"authorization") not in self.expected
+        ):
+            await JSONResponse({"error": "Unauthorized"}, status_code=401)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
