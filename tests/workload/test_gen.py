@@ -1,10 +1,11 @@
 from __future__ import annotations
 
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 
+from typer.testing import CliRunner
+
+from autotune.cli import app
 from autotune.workload import expand, load_plan
 from autotune.workload.gen import ClaudeCodeParams, claudecode, fixed
 from autotune.workload.stats import workload_stats
@@ -52,12 +53,12 @@ def test_fixed_requests_are_exact() -> None:
 
 def test_sample_workload_is_reproducible_from_documented_command(tmp_path: Path) -> None:
     out = tmp_path / "sample.jsonl"
-    command = [
-        sys.executable, "-c", "from autotune.cli.workload import app; app()", "gen", "claudecode",
-        "--sessions", "7", "--requests-per-session", "8", "--prefix-tokens", "14000",
-        "--max-context", "40000", "--seed", "1", str(out),
-    ]  # fmt: skip
-    subprocess.run(command, check=True, capture_output=True, timeout=60)
+    documented = (
+        "gen claudecode --sessions 7 --requests-per-session 8 --prefix-tokens 14000 "
+        "--max-context 40000 --seed 1"
+    )
+    result = CliRunner().invoke(app, ["workload", *documented.split(), str(out)])
+    assert result.exit_code == 0, result.output
     sample = REPO / "workloads" / "sample-claudecode.jsonl"
     assert out.read_bytes() == sample.read_bytes()
     assert 4 <= len(load_plan(sample).requests) / len(load_plan(sample).sessions) <= 8
