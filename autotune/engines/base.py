@@ -81,7 +81,7 @@ class HardwareFingerprint(BaseModel):
     memory_bytes: int | None = None
     driver: str | None = None
     count: int = 1
-    source: str = "nvml"  # "nvml" | "simulator" | "cpu"
+    source: str = "nvml"  # "nvml" | "nvidia-smi" | "simulator" | "cpu"
 
 
 class Server(ABC):

