@@ -187,7 +187,9 @@ def create_or_resume(
     study = optuna.create_study(
         study_name=spec.name, storage=storage, sampler=sampler, directions=spec.goal.directions
     )
-    study.set_metric_names(spec.goal.metric_names)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names(spec.goal.metric_names)
     for key, value in attrs.items():
         study.set_user_attr(key, value)
     return study

@@ -214,7 +214,7 @@ def show(
     param_names = sorted({name for row in loaded.trials for name in row.params})
     for name in param_names:
         table.add_column(name, justify="right")
-    table.add_column("worst margin", justify="right")
+    table.add_column("margin", justify="right")
     table.add_column("KV tokens", justify="right")
     table.add_column("peak run", justify="right")
     table.add_column("prefix hit", justify="right")
@@ -239,7 +239,7 @@ def _show_cells(row: TrialRow, param_names: list[str]) -> list[str]:
         outcome += " (baseline)"
     style = "green" if row.feasible and row.measured else "red" if row.is_oom else "yellow"
     value = f"{row.values[0]:,.1f}" if row.values and row.measured else "-"
-    worst = max(row.constraints.items(), key=lambda item: item[1]) if row.constraints else None
+    worst = _deciding_margin(row.constraints)
     stats = row.server_stats
     hit = stats.prefix_cache_hit_rate if stats else None
     return [
@@ -253,6 +253,14 @@ def _show_cells(row: TrialRow, param_names: list[str]) -> list[str]:
         f"{100 * hit:.1f}%" if hit is not None else "-",
         _cell(stats.preemptions if stats else None),
     ]
+
+
+def _deciding_margin(constraints: dict[str, float]) -> tuple[str, float] | None:
+    """The margin that explains the outcome: oom, then crash, else the tightest one."""
+    for key in ("oom", "crash"):
+        if constraints.get(key, -1.0) > 0:
+            return key, constraints[key]
+    return max(constraints.items(), key=lambda item: item[1]) if constraints else None
 
 
 def _cell(value: object) -> str:
