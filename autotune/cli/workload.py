@@ -9,8 +9,10 @@ import typer
 from rich.table import Table
 
 from autotune.cli._common import console, handle_errors
+from autotune.errors import InputError
 from autotune.workload.expand import load_plan
 from autotune.workload.gen import ChatParams, ClaudeCodeParams, chat, claudecode, fixed
+from autotune.workload.hf_tokenizer import load_tokenizer
 from autotune.workload.importers import import_workload
 from autotune.workload.io import Workload, read_workload, write_workload
 from autotune.workload.plan import Endpoint
@@ -155,10 +157,22 @@ def stats(
         int, typer.Option(min=1, help="Block size of the ideal prefix cache (tokens).")
     ] = DEFAULT_STATS_BLOCK_SIZE,
     skip_invalid: Annotated[bool, typer.Option(help="Drop and count invalid lines.")] = False,
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(help="Count in this tokenizer (model dir, tokenizer.json or cached name)."),
+    ] = None,
 ) -> None:
     """Requests, sessions, token distributions, ideal prefix-hit ratio, concurrency."""
-    plan = load_plan(path, skip_invalid=skip_invalid)
-    result = workload_stats(plan, block_size=block_size)
+    model_tokenizer = None
+    if tokenizer is not None:
+        model_tokenizer = load_tokenizer(tokenizer)
+        if model_tokenizer is None:
+            raise InputError(
+                f"--tokenizer: no tokenizer.json found offline for {tokenizer!r} "
+                "(or the optional `tokenizers` package is missing)"
+            )
+    plan = load_plan(path, skip_invalid=skip_invalid, tokenizer=model_tokenizer)
+    result = workload_stats(plan, block_size=block_size, tokenizer=model_tokenizer)
     if as_json:
         typer.echo(result.model_dump_json(indent=2))
         return

@@ -94,16 +94,29 @@ class _Expander:
         return f"session:{record.session}"
 
     def parts(self, record: RequestRecord, parts: list[Part], key: str) -> tuple[str, int]:
+        """Text and token count of a list of parts. Synthetic parts concatenate exactly;
+        with literal text, parts are joined by newlines and the result is counted."""
         texts: list[str] = []
         tokens = 0
+        literal = False
         for index, part in enumerate(parts):
             if isinstance(part, TextPart):
                 texts.append(part.text)
-                tokens += self.synth.count(part.text)
-                continue
-            texts.append(self.synth_part(record, part, f"{key}:{index}"))
-            tokens += part.tokens
-        return "\n".join(texts), tokens
+                literal = True
+            else:
+                texts.append(self.synth_part(record, part, f"{key}:{index}"))
+                tokens += part.tokens
+        if not literal:
+            return self.synth.join(texts), tokens
+        text = "\n".join(texts)
+        return text, self.synth.count(text)
+
+    def system(self, texts: list[str], counts: list[int]) -> tuple[str | None, int]:
+        """The system prompt from its pieces (prefix, then the request's own)."""
+        if len(texts) < 2:
+            return (texts[0], counts[0]) if texts else (None, 0)
+        text = "\n".join(texts)
+        return text, self.synth.count(text)
 
     def synth_part(self, record: RequestRecord, part: SynthPart, key: str) -> str:
         if part.hash_ids is None:
@@ -191,22 +204,22 @@ class _Expander:
         self, record: RequestRecord, spec: FullInput
     ) -> tuple[str | None, int, tuple[Message, ...], tuple[int, ...]]:
         system_texts: list[str] = []
-        system_tokens = 0
+        system_counts: list[int] = []
         if record.prefix is not None:
             text, tokens = self.prefix(record)
             system_texts.append(text)
-            system_tokens += tokens
+            system_counts.append(tokens)
         if spec.system:
             text, tokens = self.parts(record, spec.system, f"{record.id}:sys")
             system_texts.append(text)
-            system_tokens += tokens
+            system_counts.append(tokens)
         messages: list[Message] = []
         counts: list[int] = []
         for index, wire in enumerate(spec.messages):
             text, tokens = self.parts(record, wire.parts(), f"{record.id}:m{index}")
             messages.append(Message(wire.role, text))
             counts.append(tokens)
-        system = "\n".join(system_texts) if system_texts else None
+        system, system_tokens = self.system(system_texts, system_counts)
         return system, system_tokens, tuple(messages), tuple(counts)
 
     def blocks(
@@ -227,15 +240,15 @@ class _Expander:
             )
         scope = self.scope(record, None)
         system_texts: list[str] = []
-        system_tokens = 0
+        system_counts: list[int] = []
         if record.prefix is not None:
             text, tokens = self.prefix(record)
             system_texts.append(text)
-            system_tokens += tokens
+            system_counts.append(tokens)
         if spec.system_blocks:
             segment = self.segment(scope, tuple(ids[: spec.system_blocks]), "system")
             system_texts.append(segment.message.text)
-            system_tokens += segment.tokens
+            system_counts.append(segment.tokens)
         messages: list[Message] = []
         counts: list[int] = []
         pos = spec.system_blocks
@@ -249,7 +262,7 @@ class _Expander:
             text = self.synth.blocks_text(scope, tail_ids, tail_tokens, f"{record.id}:tail")
             messages.append(Message("user", text))
             counts.append(tail_tokens)
-        system = "\n".join(system_texts) if system_texts else None
+        system, system_tokens = self.system(system_texts, system_counts)
         return system, system_tokens, tuple(messages), tuple(counts)
 
     def segment(self, scope: str, ids: tuple[int, ...], role: str) -> _Segment:
@@ -260,7 +273,7 @@ class _Expander:
             words: list[str] = []
             for hash_id in ids:
                 words.extend(self.synth.block_words(scope, hash_id, self.header.block_size))
-            segment = _Segment(Message(role, " ".join(words)), len(words))
+            segment = _Segment(Message(role, self.synth.join(words)), len(words))
             self.segments[key] = segment
             if role == "user":
                 self.segment_lengths.setdefault((scope, ids[0]), set()).add(len(ids))

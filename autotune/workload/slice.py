@@ -53,7 +53,8 @@ class _Size:
 
 
 def measure(workload: Workload, tokenizer: Tokenizer) -> dict[str, _Size]:
-    """Arrival and prompt size of every request, as ``expand`` would give, without text."""
+    """Arrival and prompt size of every request without building text: what ``expand``
+    gives with the word tokenizer (counts are additive there), an estimate with others."""
 
     def parts(items: list[Part]) -> int:
         return sum(p.tokens if isinstance(p, SynthPart) else tokenizer.count(p.text) for p in items)

@@ -3,10 +3,12 @@
 Text is drawn from a vocabulary whose entries are one token each and
 concatenate without merging. For ``WordTokenizer`` (the simulator's
 tokenizer and the documented approximation) that is a fixed list of
-pseudo-words joined by spaces. A block of hash id ``h`` in scope ``s`` is
-seeded by ``(seed, s, h)``: identical ids give identical text, so the
-server's prefix cache sees exactly the sharing the trace had. A shorter
-(partial) block of the same id is a prefix of the full block.
+pseudo-words joined by spaces; for a served model's tokenizer
+(``HfTokenizer``) it is its single-token `` word`` pieces, concatenated.
+A block of hash id ``h`` in scope ``s`` is seeded by ``(seed, s, h)``:
+identical ids give identical text, so the server's prefix cache sees
+exactly the sharing the trace had. A shorter (partial) block of the same id
+is a prefix of the full block.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import itertools
 from array import array
 
 from autotune.errors import WorkloadError
+from autotune.workload.hf_tokenizer import HfTokenizer
 from autotune.workload.tokenizer import Tokenizer, WordTokenizer
 
 _ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z")
@@ -32,15 +35,22 @@ class Synthesizer:
     """Builds synthetic text for a tokenizer, deterministically from string keys."""
 
     def __init__(self, tokenizer: Tokenizer, *, seed: int = 0, block_size: int = 64) -> None:
-        if not isinstance(tokenizer, WordTokenizer):
+        if isinstance(tokenizer, HfTokenizer):
+            self._vocab, self._separator = tokenizer.synthetic_vocabulary(), ""
+        elif isinstance(tokenizer, WordTokenizer):
+            self._vocab, self._separator = word_vocabulary(), " "
+        else:
             raise WorkloadError(
-                f"tokenizer {tokenizer.name!r}: synthetic text is only available in the "
-                "word approximation (WordTokenizer) in this version"
+                f"tokenizer {tokenizer.name!r}: synthetic text needs a WordTokenizer or an "
+                "HfTokenizer (autotune.workload.load_tokenizer)"
             )
         self.tokenizer = tokenizer
         self.seed = seed
         self.block_size = block_size
-        self._vocab = word_vocabulary()
+
+    def join(self, words: list[str]) -> str:
+        """Text of exactly ``len(words)`` tokens."""
+        return self._separator.join(words)
 
     def words(self, key: str, tokens: int) -> list[str]:
         """``tokens`` vocabulary entries drawn from the SHAKE-256 stream of ``key``."""
@@ -50,7 +60,7 @@ class Synthesizer:
 
     def text(self, key: str, tokens: int) -> str:
         """Unique text of exactly ``tokens`` tokens, seeded by ``key``."""
-        return " ".join(self.words(key, tokens))
+        return self.join(self.words(key, tokens))
 
     def block_words(self, scope: str, hash_id: int, tokens: int) -> list[str]:
         """The first ``tokens`` words of the block of ``hash_id`` in ``scope``."""
@@ -73,7 +83,7 @@ class Synthesizer:
             words.extend(self.block_words(scope, hash_id, min(size, hashed - index * size)))
         if tokens > hashed:
             words.extend(self.words(tail_key, tokens - hashed))
-        return " ".join(words)
+        return self.join(words)
 
     def count(self, text: str) -> int:
         return self.tokenizer.count(text)
