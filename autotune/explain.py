@@ -312,6 +312,12 @@ def oom_sentences(loaded: LoadedStudy) -> list[str]:
                     f"Out-of-memory on {name} depends on {grouping}: " + "; ".join(parts) + "."
                 )
                 break
+    separating = [s for s in sentences if s.startswith("Out-of-memory began on")]
+    if len(separating) > 1:
+        sentences.append(
+            f"With {len(ooms)} OOM trial(s), {len(separating)} flags each separate them from "
+            "the trials that fitted; trials nearer the boundary would tell which one decides."
+        )
     if not sentences:
         sentences.append(
             f"{len(ooms)} trial(s) ran out of memory ({numbers}), but no single numeric flag "

@@ -193,7 +193,10 @@ def concurrency_figure(loaded: LoadedStudy) -> go.Figure | None:
     )
     best = loaded.best() if loaded.feasible_measured() else None
     baseline = loaded.baseline()
-    for label, row, colour in (("best", best, "#2ca02c"), ("baseline", baseline, "#7f7f7f")):
+    marks = [("best", best, "#2ca02c"), ("baseline", baseline, "#7f7f7f")]
+    if best is not None and baseline is not None and best.number == baseline.number:
+        marks = [("best = baseline", best, "#2ca02c")]
+    for label, row, colour in marks:
         if row is not None and row.measured and row.concurrency_reached:
             figure.add_scatter(
                 x=[row.concurrency_reached],

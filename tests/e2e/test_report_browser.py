@@ -1,28 +1,97 @@
-"""The HTML report opens in headless Chromium with no console errors and no network."""
+"""Results on a study the simulator produced, and the HTML report in headless Chromium.
+
+A module fixture runs the real `autotune run` against the simulator (4 trials,
+a short replay); export, explain, compare and report then run as the real CLI
+in subprocesses, and the report must open in Chromium with no console message.
+"""
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import optuna
 import pytest
+import yaml
+from typer.testing import CliRunner
 
-from autotune.report import render_report
-from autotune.study_reader import load_study
-from tests.results.conftest import build_study
+from autotune.cli import app
+from autotune.trial_config import TrialConfig
 
+REPO = Path(__file__).resolve().parents[2]
+SAMPLE_WORKLOAD = REPO / "workloads" / "sample-claudecode.jsonl"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 BROWSER_TIMEOUT_S = 90
+RUN_TIMEOUT_S = 150
+CLI_TIMEOUT_S = 60
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None, reason="chromium not installed (apt-get update; apt-get install -y chromium)"
+)
+pytestmark = pytest.mark.timeout(300)
 
-pytestmark = [
-    pytest.mark.skipif(
-        CHROMIUM is None, reason="chromium not installed (apt-get install -y chromium)"
-    ),
-    pytest.mark.timeout(240),
-]
+
+def _run_group(argv: list[str], *, cwd: Path, timeout_s: float) -> subprocess.CompletedProcess:
+    """Run ``argv`` in its own process group; the whole group dies if it overruns."""
+    process = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=timeout_s)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
+
+
+def autotune(*args: str, cwd: Path, timeout_s: float = CLI_TIMEOUT_S) -> str:
+    """The real command in a subprocess (run, report: the ones that launch or write files)."""
+    result = _run_group([sys.executable, "-m", "autotune", *args], cwd=cwd, timeout_s=timeout_s)
+    assert result.returncode == 0, f"autotune {shlex.join(args)}:\n{result.stderr[-3000:]}"
+    return result.stdout
+
+
+def autotune_in_process(*args: str) -> str:
+    """The real CLI app in-process: the same commands, without a 3-7 s interpreter start each."""
+    result = CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
+    assert result.exit_code == 0, f"autotune {shlex.join(args)}:\n{result.output[-3000:]}"
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def sim_study(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """A 4-trial study of the simulated RTX 4080 Super, made by the real `autotune run`."""
+    workdir = tmp_path_factory.mktemp("sim-study")
+    storage_url = f"sqlite:///{workdir / 'studies.db'}"
+    autotune(
+        "run",
+        "--objective", "throughput",
+        "--workload", str(SAMPLE_WORKLOAD),
+        "--engine", "sim",
+        "--hardware", "rtx4080s-32g",
+        "--model", "qwen3.6-27b-awq",
+        "--trials", "4",
+        "--max-requests", "16",
+        "--time-scale", "200",  # fast: these tests check outputs, not fidelity
+        "--seed", "1",
+        "--storage", storage_url,
+        cwd=workdir,
+        timeout_s=RUN_TIMEOUT_S,
+    )  # fmt: skip
+    yield storage_url, workdir
 
 
 def _open_headless(page: Path, profile: Path, *extra: str) -> str:
@@ -43,26 +112,14 @@ def _open_headless(page: Path, profile: Path, *extra: str) -> str:
         *extra,
         page.as_uri(),
     ]
-    process = subprocess.Popen(
-        argv,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        _, stderr = process.communicate(timeout=BROWSER_TIMEOUT_S)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    return stderr
+    return _run_group(argv, cwd=profile.parent, timeout_s=BROWSER_TIMEOUT_S).stderr
 
 
 def _console_lines(log: str) -> list[str]:
     return [line for line in log.splitlines() if ":CONSOLE" in line]
 
 
+@needs_chromium
 def test_console_capture_sees_a_broken_page(tmp_path: Path) -> None:
     """The check below is only worth something if it catches an error when there is one."""
     page = tmp_path / "broken.html"
@@ -71,14 +128,55 @@ def test_console_capture_sees_a_broken_page(tmp_path: Path) -> None:
     assert any("missingFunction is not defined" in line for line in _console_lines(log))
 
 
-def test_report_opens_without_console_errors(tmp_path: Path) -> None:
-    storage_url = f"sqlite:///{tmp_path / 'studies.db'}"
-    build_study(storage_url, "mo", multi_objective=True)
-    page = tmp_path / "report.html"
-    page.write_text(render_report(load_study(storage_url)))
-    shot = tmp_path / "report.png"
+def _best_trial(storage_url: str) -> optuna.trial.FrozenTrial:
+    name = optuna.get_all_study_names(storage_url)[0]
+    return optuna.load_study(study_name=name, storage=storage_url).best_trial
+
+
+def test_export_formats_on_a_simulated_study(sim_study: tuple[str, Path]) -> None:
+    storage_url, workdir = sim_study
+    best = _best_trial(storage_url)
+    shell = autotune_in_process("export", "--storage", storage_url)
+    command = [line for line in shell.splitlines() if not line.startswith("#")]
+    config = TrialConfig.model_validate(best.user_attrs["config"])
+    assert shlex.split(command[0]) == ["vllm", "serve", *config.vllm_args()]
+    assert "# hardware: rtx4080s-32g; engine: sim" in shell
+    assert "# gain over baseline: " in shell
+    out = workdir / "best.yaml"
+    autotune_in_process("export", "--storage", storage_url, "--format", "yaml", "--out", str(out))
+    document = yaml.safe_load(out.read_text())
+    assert document["model"] == "qwen3.6-27b-awq"
+    flags = best.user_attrs["config"]["flags"]
+    assert document["kv-cache-memory-bytes"] == flags["kv-cache-memory-bytes"]
+    meta = json.loads(autotune_in_process("export", "--storage", storage_url, "--format", "json"))
+    assert meta["meta"]["trial"] == best.number
+    assert meta["meta"]["output_throughput_tok_s"] == pytest.approx(best.values[0])
+
+
+def test_explain_and_compare_on_a_simulated_study(sim_study: tuple[str, Path]) -> None:
+    storage_url, _ = sim_study
+    best = _best_trial(storage_url)
+    text = autotune_in_process("explain", "--storage", storage_url)
+    assert f"The best config is trial {best.number}: throughput {best.values[0]:,.2f}" in text
+    assert "Where out-of-memory begins" in text
+    name = optuna.get_all_study_names(storage_url)[0]
+    table = autotune_in_process(
+        "compare", name, "--storage", storage_url, "--price", "rtx4080s=0.35"
+    )
+    assert f"{best.values[0]:,.1f}" in table
+    assert f"{best.values[0] * 3600 / 0.35:,.0f}" in table
+
+
+@needs_chromium
+def test_report_of_a_simulated_study_opens_without_console_errors(
+    sim_study: tuple[str, Path],
+) -> None:
+    storage_url, workdir = sim_study
+    page = workdir / "report.html"
+    autotune("report", "--storage", storage_url, "--out", str(page), cwd=workdir)
+    shot = workdir / "report.png"
     log = _open_headless(
-        page, tmp_path / "profile", "--window-size=1200,2400", f"--screenshot={shot}"
+        page, workdir / "profile", "--window-size=1200,2400", f"--screenshot={shot}"
     )
     assert _console_lines(log) == []
     assert shot.stat().st_size > 50_000  # a drawn page, not a blank one
