@@ -19,11 +19,16 @@ from autotune.trial import MemoryEstimate, Prescreen
 from autotune.trial_config import TrialConfig
 
 
-def make_prescreen(*, hardware: str, sim_model: str, certain_above: float = 0.0) -> Prescreen:
+def make_prescreen(
+    *, hardware: str, sim_model: str, certain_above: float = 0.0, max_prompt_tokens: int = 0
+) -> Prescreen:
     """A pre-screen for ``sim_model`` (catalog name) on ``hardware`` (catalog name).
 
-    ``certain_above``: the memory margin (needed / available - 1) past which a
-    predicted OOM is taken as certain; below it the config is launched anyway.
+    Two checks: the server must start (weights, activations, CUDA graphs and the
+    KV pool fit), and the first full prefill chunk of the workload's longest
+    prompt must fit in what is left (the field notes' "starts, then dies under
+    load"). ``certain_above``: the memory margin (needed / available - 1) past
+    which a predicted OOM is taken as certain; below it the config is launched.
     Raises InputError when either name is not in the catalogs.
     """
     get_gpu(hardware)
@@ -37,9 +42,17 @@ def make_prescreen(*, hardware: str, sim_model: str, certain_above: float = 0.0)
         except SystemExit:
             return None  # flags the simulator does not model: no opinion
         report = plan_memory(args.sim)
-        margin = memory_margin(report.headroom_bytes, report.visible_bytes, fits=report.fits)
-        fits = report.fits or margin <= certain_above
-        return MemoryEstimate(fits=fits, margin=margin, report=report.model_dump(mode="json"))
+        chunk_tokens = min(report.max_num_batched_tokens, max_prompt_tokens)
+        transient = (
+            report.transient_prefill_bytes_per_token * chunk_tokens
+            + report.transient_bytes_per_seq * min(report.max_num_seqs, 1)
+        )
+        headroom = report.headroom_bytes - int(transient) if report.fits else report.headroom_bytes
+        fits = report.fits and headroom >= 0
+        margin = memory_margin(headroom, report.visible_bytes, fits=fits)
+        verdict = fits or margin <= certain_above
+        details = report.model_dump(mode="json") | {"load_transient_bytes": int(transient)}
+        return MemoryEstimate(fits=verdict, margin=margin, report=details)
 
     return check
 

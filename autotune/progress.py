@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial
+from optuna.trial import FrozenTrial, TrialState
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
@@ -80,7 +80,11 @@ class RichProgress:
         self._refresh()
 
     def on_trial_end(self, trial: FrozenTrial, outcome: str, study: optuna.Study) -> None:
-        self.done_now += 1
+        if trial.state == TrialState.COMPLETE:  # FAIL (our own error) does not count
+            self.done_now += 1
+        else:
+            error = trial.user_attrs.get("error")
+            outcome = f"{outcome}: {error}"[:60] if error else outcome
         value = trial.values[0] if trial.values else None
         feasible = all(v <= 0 for v in trial.constraints.values())
         if value is not None and feasible and trial.user_attrs.get("measured"):

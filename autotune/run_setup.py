@@ -67,6 +67,7 @@ def prepare_study(options: RunOptions) -> StudySpec:
     space_path = options.space or default_space_path(options.model)
     space = load_space(space_path)
     plan = load_plan(options.workload)
+    longest = max((request.prompt_tokens for request in plan.requests), default=0)
     if options.engine == "sim":
         if options.hardware is None:
             raise InputError("--hardware is required with --engine sim (e.g. rtx4080s-32g)")

@@ -29,6 +29,7 @@ from autotune.replay.records import RequestRecord
 from autotune.replay.stats import records_frame
 from autotune.space import SearchSpace
 from autotune.trial import Prescreen, TrialResult, run_trial
+from autotune.trial_config import TrialConfig
 from autotune.workload.plan import WorkloadPlan
 
 SAMPLERS = ("gp", "tpe", "random", "grid")
@@ -260,48 +261,62 @@ class _TrialRunner:
 
     def __call__(self, trial: optuna.Trial) -> float | list[float]:
         spec = self.spec
-        params = spec.space.suggest(trial, self.engine_version)
-        is_baseline = bool(trial.user_attrs.get("is_baseline"))
-        if self.observer is not None:
-            self.observer.on_trial_start(trial.number, params, is_baseline)
-        block = self.study.user_attrs.get("attention_block_size")
-        config = spec.space.to_config(
-            params, model=spec.model, engine_version=self.engine_version, attention_block_size=block
-        )
-        log_path = spec.runs_dir / _slug(spec.name) / f"trial-{trial.number:04d}" / "server.log"
-        violations = spec.space.rule_violations(params)
         try:
-            if violations:
-                result = TrialResult(config=config, outcome_override=Outcome.RULE_VIOLATED.value)
-                trial.set_user_attr("rule_violations", violations)
-            else:
-                result = asyncio.run(
-                    run_trial(
-                        config,
-                        engine=spec.engine,
-                        plan=spec.plan,
-                        load=spec.load,
-                        log_path=log_path,
-                        slo=request_slo(spec.goal.slos),
-                        prescreen=spec.prescreen,
-                        startup_timeout_s=spec.startup_timeout_s,
-                        trial_timeout_s=spec.trial_timeout_s,
-                        observer=self.observer,
-                    )
-                )
+            params = spec.space.suggest(trial, self.engine_version)
+            is_baseline = bool(trial.user_attrs.get("is_baseline"))
+            if self.observer is not None:
+                self.observer.on_trial_start(trial.number, params, is_baseline)
+            config = spec.space.to_config(
+                params,
+                model=spec.model,
+                engine_version=self.engine_version,
+                attention_block_size=self.study.user_attrs.get("attention_block_size"),
+            )
+            result = self._run(trial, params, config)
         except Exception as exc:
             # Our own failure, not the server's: FAIL with the reason; samplers forget it.
             trial.set_user_attr("outcome", "error")
             trial.set_user_attr("error", f"{type(exc).__name__}: {exc}"[:2000])
-            trial.set_user_attr("config", config.model_dump(mode="json"))
             raise
         except KeyboardInterrupt:
             trial.set_user_attr("outcome", Outcome.INTERRUPTED.value)
-            trial.set_user_attr("config", config.model_dump(mode="json"))
-            self.study.enqueue_trial(
-                params, user_attrs={"is_baseline": is_baseline, "retry_of": trial.number}
-            )
+            if trial.params:
+                self.study.enqueue_trial(
+                    trial.params,
+                    user_attrs={
+                        "is_baseline": bool(trial.user_attrs.get("is_baseline")),
+                        "retry_of": trial.number,
+                    },
+                )
             raise
+        return self._finish(trial, result, is_baseline)
+
+    def _run(self, trial: optuna.Trial, params: dict[str, Any], config: TrialConfig) -> TrialResult:
+        spec = self.spec
+        violations = spec.space.rule_violations(params)
+        if violations:
+            trial.set_user_attr("rule_violations", violations)
+            return TrialResult(config=config, outcome_override=Outcome.RULE_VIOLATED.value)
+        log_path = spec.runs_dir / _slug(spec.name) / f"trial-{trial.number:04d}" / "server.log"
+        return asyncio.run(
+            run_trial(
+                config,
+                engine=spec.engine,
+                plan=spec.plan,
+                load=spec.load,
+                log_path=log_path,
+                slo=request_slo(spec.goal.slos),
+                prescreen=spec.prescreen,
+                startup_timeout_s=spec.startup_timeout_s,
+                trial_timeout_s=spec.trial_timeout_s,
+                observer=self.observer,
+            )
+        )
+
+    def _finish(
+        self, trial: optuna.Trial, result: TrialResult, is_baseline: bool
+    ) -> float | list[float]:
+        spec = self.spec
         memory_margin = result.memory.margin if result.memory is not None else None
         scored = score(
             spec.goal,
