@@ -79,7 +79,10 @@ def prepare_study(options: RunOptions) -> StudySpec:
             noise=options.noise,
         )
         prescreen = try_prescreen(
-            hardware=options.hardware, sim_model=options.model, certain_above=0.0
+            hardware=options.hardware,
+            sim_model=options.model,
+            certain_above=0.0,
+            max_prompt_tokens=longest,
         )
         gpu = options.hardware
     elif options.engine == "vllm":
@@ -88,6 +91,7 @@ def prepare_study(options: RunOptions) -> StudySpec:
             hardware=options.hardware,
             sim_model=options.sim_model,
             certain_above=REAL_ENGINE_CERTAIN_OOM_MARGIN,
+            max_prompt_tokens=longest,
         )
         gpu = options.hardware or engine.hardware().gpu_name.replace(" ", "-").lower()
     else:
