@@ -309,7 +309,7 @@ def _grid_values(distribution: Any, max_points: int) -> list:
     low, high = distribution.low, distribution.high
     step = getattr(distribution, "step", None)
     if step:
-        count = int(round((high - low) / step)) + 1
+        count = round((high - low) / step) + 1
         if count <= max_points:
             values = [low + i * step for i in range(count)]
             return values if isinstance(low, int) else [round(v, 6) for v in values]
