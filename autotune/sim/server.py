@@ -18,6 +18,7 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Callable
 
 import uvicorn
 
@@ -36,7 +37,8 @@ from autotune.sim.runloop import EngineRunner
 from autotune.sim.startup import StartupSequence
 from autotune.sim.stats_log import StatsLogger
 
-WATCHDOG_S = 5.0  # vLLM's launcher checks engine health every 5 s (wall, not scaled)
+WATCHDOG_S = 5.0  # vLLM's launcher checks engine health every 5 s: scaled, but >= 1 s wall
+MIN_WATCHDOG_WALL_S = 1.0  # so a client can still see /health 503 before the exit
 ENGINE_PID_OFFSET = 1  # the EngineCore "pid" in log lines (one process plays both)
 
 
@@ -113,56 +115,22 @@ async def _run(args: ServeArgs, log: VllmLog, sock: socket.socket) -> int:
         return 1
     await startup.engine_until_loaded()
     await startup.engine_until_ready()
-    core = SimEngineCore(args.sim, seed=args.sim.seed, noise=args.noise)
-    memory = core.memory
-    metrics = VllmMetrics(
-        model_name=args.served_model_name, num_speculative_tokens=args.sim.num_speculative_tokens
-    )
-    metrics.set_cache_info(
-        CacheInfo(
-            block_size=memory.block_size,
-            cache_dtype=args.sim.kv_cache_dtype,
-            enable_prefix_caching=memory.enable_prefix_caching,
-            gpu_memory_utilization=args.sim.gpu_memory_utilization,
-            kv_cache_memory_bytes=args.sim.kv_cache_memory_bytes,
-            kv_cache_size_tokens=memory.kv_cache_tokens,
-            kv_cache_max_concurrency=memory.max_concurrency,
-            num_gpu_blocks=memory.num_gpu_blocks,
-            mamba_block_size=memory.attention_block_size,
-        )
-    )
-    faults = FaultInjector(args.faults, seed=args.sim.seed)
     await asyncio.sleep(startup.phases.server_s / args.time_scale)
     startup.serving_lines(args.host, args.port)
-
     server: uvicorn.Server | None = None
 
     def on_crash(root_cause: str) -> None:
         _log_engine_death(log, root_cause)
         loop = asyncio.get_running_loop()
-        loop.call_later(WATCHDOG_S / max(1.0, args.time_scale) + 0.2, _stop, server)
-
-    runner = EngineRunner(
-        core,
-        time_scale=args.time_scale,
-        metrics=metrics,
-        faults=faults,
-        on_crash=on_crash,
-        seed=args.sim.seed,
-    )
+        delay_s = max(WATCHDOG_S / args.time_scale, MIN_WATCHDOG_WALL_S)
+        loop.call_later(delay_s, _stop, server)
 
     def on_startup() -> None:
         log.raw("INFO:     Waiting for application startup.")
         log.raw("INFO:     Application startup complete.")
 
-    api = SimApi(
-        args,
-        runner,
-        metrics,
-        faults,
-        max_model_len=memory.max_model_len,
-        on_startup=on_startup,
-    )
+    api = build_api(args, on_crash=on_crash, on_startup=on_startup)
+    runner = api.runner
     config = uvicorn.Config(
         api.app(),
         log_config=None,
@@ -188,6 +156,48 @@ async def _run(args: ServeArgs, log: VllmLog, sock: socket.socket) -> int:
     _log_shutdown(log, runner.dead)
     sys.stdout.flush()
     return 0
+
+
+def build_api(
+    args: ServeArgs,
+    *,
+    on_crash: Callable[[str], None],
+    on_startup: Callable[[], None] = lambda: None,
+) -> SimApi:
+    """The engine core, its metrics, faults and run loop, behind the HTTP routes.
+
+    The run loop is not started: ``api.runner.run()`` is the caller's task.
+    """
+    core = SimEngineCore(args.sim, seed=args.sim.seed, noise=args.noise)
+    memory = core.memory
+    metrics = VllmMetrics(
+        model_name=args.served_model_name, num_speculative_tokens=args.sim.num_speculative_tokens
+    )
+    metrics.set_cache_info(
+        CacheInfo(
+            block_size=memory.block_size,
+            cache_dtype=args.sim.kv_cache_dtype,
+            enable_prefix_caching=memory.enable_prefix_caching,
+            gpu_memory_utilization=args.sim.gpu_memory_utilization,
+            kv_cache_memory_bytes=args.sim.kv_cache_memory_bytes,
+            kv_cache_size_tokens=memory.kv_cache_tokens,
+            kv_cache_max_concurrency=memory.max_concurrency,
+            num_gpu_blocks=memory.num_gpu_blocks,
+            mamba_block_size=memory.attention_block_size,
+        )
+    )
+    faults = FaultInjector(args.faults, seed=args.sim.seed)
+    runner = EngineRunner(
+        core,
+        time_scale=args.time_scale,
+        metrics=metrics,
+        faults=faults,
+        on_crash=on_crash,
+        seed=args.sim.seed,
+    )
+    return SimApi(
+        args, runner, metrics, faults, max_model_len=memory.max_model_len, on_startup=on_startup
+    )
 
 
 def _stop(server: uvicorn.Server | None) -> None:

@@ -360,6 +360,61 @@ def test_engine_crash_fault_kills_the_engine_like_vllm(launch) -> None:
     assert failure.failure_class == FailureClass.ENGINE_DEAD
 
 
+def test_runtime_oom_kills_the_engine_like_vllm(launch) -> None:
+    # 12 GiB of KV leaves ~0.13 GiB headroom: an 8,000-token prefill chunk does not fit.
+    sim = launch("--language-model-only", "--kv-cache-memory-bytes", "12G",
+                 "--max-num-batched-tokens", "8192", "--time-scale", "50",
+                 model="qwen3.6-27b-awq", hardware="rtx4080s-32g")  # fmt: skip
+    words = " ".join(f"w{i}" for i in range(8000))
+    body = {"messages": [{"role": "user", "content": words}], "max_tokens": 4, "stream": True}
+    response = httpx.post(f"{sim.url}/v1/chat/completions", json=body, timeout=30)
+    events = _sse_data(response.text)
+    assert "EngineCore encountered an issue" in events[-1]["error"]["message"]
+    assert httpx.get(f"{sim.url}/health").status_code == 503
+    assert sim.process.wait(timeout=30) == 0
+    log = sim.log()
+    assert "torch.OutOfMemoryError: CUDA out of memory." in log
+    assert "AsyncLLM output_handler failed." in log
+    failure = classify_failure(log, exit_code=0, health_status=503, phase="serving")
+    assert failure.failure_class == FailureClass.CUDA_OOM_LOAD
+
+
+def test_cut_stream_fault_drops_the_connection(launch) -> None:
+    sim = launch("--time-scale", "50", "--fault-cut-stream-rate", "1")
+    body = {"messages": CHAT, "max_tokens": 30, "ignore_eos": True, "stream": True}
+    with pytest.raises(httpx.RemoteProtocolError):
+        httpx.post(f"{sim.url}/v1/chat/completions", json=body, timeout=30)
+    assert httpx.get(f"{sim.url}/health").status_code == 200
+
+
+def test_client_disconnect_aborts_the_request(launch) -> None:
+    sim = launch("--time-scale", "5")
+    body = {"messages": CHAT, "max_tokens": 5000, "ignore_eos": True, "stream": True}
+    with httpx.stream("POST", f"{sim.url}/v1/chat/completions", json=body, timeout=30) as response:
+        next(response.iter_lines())  # streaming has begun; now walk away
+
+    def running() -> float:
+        metrics = httpx.get(f"{sim.url}/metrics").text
+        line = next(x for x in metrics.splitlines() if x.startswith("vllm:num_requests_running"))
+        return float(line.split()[-1])
+
+    deadline = time.monotonic() + 10
+    while running() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert running() == 0
+    metrics = httpx.get(f"{sim.url}/metrics").text
+    assert 'finished_reason="abort",model_name="llama-3.1-8b"} 1.0' in metrics
+
+
+def test_hang_fault_never_becomes_healthy(launch) -> None:
+    sim = launch("--fault-hang-at-startup", wait=False)
+    time.sleep(2.5)
+    assert sim.process.poll() is None
+    with pytest.raises(httpx.TransportError):
+        httpx.get(f"{sim.url}/health", timeout=1)
+    assert "Starting to load model" in sim.log()
+
+
 async def _stream_once(host: str, port: int, request: bytes) -> int:
     """One streamed chat completion over a bare keep-less connection; its completion tokens.
 

@@ -1,0 +1,174 @@
+"""The simulator's HTTP face in-process: real engine core and run loop, ASGI transport.
+
+Shapes and wire behaviour against a real socket are in tests/e2e/test_sim_process.py;
+these cover request semantics, errors, faults and the scaled clock quickly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from autotune.engines.vllm_log import parse_engine_stats
+from autotune.sim.flags import parse_serve_args
+from autotune.sim.logs import VllmLog
+from autotune.sim.server import build_api
+from autotune.sim.stats_log import StatsLogger
+
+pytestmark = pytest.mark.timeout(60)
+
+BASE = ["llama-3.1-8b", "--hardware", "h100-80g"]
+CHAT = [{"role": "user", "content": "tell me something short"}]
+
+
+def _run(
+    flags: list[str], scenario: Callable[[httpx.AsyncClient, Any], Awaitable[Any]]
+) -> tuple[Any, list[str]]:
+    """Run ``scenario(client, api)`` against a fresh in-process server; (result, crashes)."""
+    crashes: list[str] = []
+
+    async def main() -> Any:
+        api = build_api(parse_serve_args([*BASE, *flags]), on_crash=crashes.append)
+        engine = asyncio.create_task(api.runner.run())
+        transport = httpx.ASGITransport(app=api.app())
+        try:
+            async with httpx.AsyncClient(transport=transport, base_url="http://sim") as client:
+                return await scenario(client, api)
+        finally:
+            engine.cancel()
+
+    return asyncio.run(main()), crashes
+
+
+def _chat(**extra: Any) -> dict[str, Any]:
+    return {"messages": CHAT, **extra}
+
+
+def test_tokens_are_not_delivered_before_their_scaled_time() -> None:
+    async def scenario(client: httpx.AsyncClient, api: Any) -> tuple[float, float]:
+        started, modelled_start_s = time.perf_counter(), api.runner.virtual_now()
+        body = _chat(max_tokens=40, ignore_eos=True)
+        response = await client.post("/v1/chat/completions", json=body)
+        wall_s = time.perf_counter() - started
+        assert response.json()["usage"]["completion_tokens"] == 40
+        return wall_s, api.runner.core.clock_s - modelled_start_s
+
+    (wall_s, modelled_s), _ = _run(["--time-scale", "5"], scenario)
+    assert modelled_s > 0
+    assert wall_s >= 0.9 * modelled_s / 5  # never early
+    assert wall_s <= modelled_s / 5 + 1.0  # and not dragging
+
+
+def test_without_ignore_eos_some_requests_stop_early_at_or_after_min_tokens() -> None:
+    async def scenario(client: httpx.AsyncClient, api: Any) -> list[tuple[str, int]]:
+        out = []
+        for _ in range(30):
+            body = _chat(max_tokens=20, min_tokens=5)
+            data = (await client.post("/v1/chat/completions", json=body)).json()
+            out.append((data["choices"][0]["finish_reason"], data["usage"]["completion_tokens"]))
+        return out
+
+    results, _ = _run(["--time-scale", "1000"], scenario)
+    stopped = [n for reason, n in results if reason == "stop"]
+    assert stopped and len(stopped) < len(results)
+    assert all(5 <= n < 20 for n in stopped)
+    assert all(n == 20 for reason, n in results if reason == "length")
+    again, _ = _run(["--time-scale", "1000"], scenario)
+    assert again == results  # seeded
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "status", "needle"),
+    [
+        ("/v1/chat/completions", {"model": "other", "messages": CHAT}, 404,
+         "The model `other` does not exist."),
+        ("/v1/completions", {"prompt": "x " * 200_000, "max_tokens": 1}, 400,
+         "This model's maximum context length is"),
+        ("/v1/chat/completions", _chat(max_tokens=10**9), 400,
+         "'max_tokens' or 'max_completion_tokens' is too large"),
+        ("/v1/chat/completions", {"messages": []}, 400, "messages must contain at least one item"),
+    ],
+)  # fmt: skip
+def test_bad_requests_get_vllms_error_shape(
+    path: str, body: dict, status: int, needle: str
+) -> None:
+    async def scenario(client: httpx.AsyncClient, api: Any) -> httpx.Response:
+        return await client.post(path, json=body)
+
+    response, _ = _run(["--max-model-len", "100000"], scenario)
+    assert response.status_code == status
+    error = response.json()["error"]
+    assert needle in error["message"]
+    assert error["code"] == status
+
+
+def test_anthropic_errors_use_the_anthropic_shape() -> None:
+    async def scenario(client: httpx.AsyncClient, api: Any) -> httpx.Response:
+        return await client.post("/v1/messages", json={"model": "nope", "messages": CHAT})
+
+    response, _ = _run([], scenario)
+    assert response.status_code == 404
+    assert response.json()["type"] == "error"
+    assert response.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_5xx_fault_answers_500_and_the_engine_keeps_serving() -> None:
+    async def scenario(client: httpx.AsyncClient, api: Any) -> list[int]:
+        codes = []
+        for _ in range(20):
+            response = await client.post("/v1/chat/completions", json=_chat(max_tokens=2))
+            codes.append(response.status_code)
+        return codes
+
+    codes, crashes = _run(["--time-scale", "1000", "--fault-5xx-rate", "0.5"], scenario)
+    assert set(codes) == {200, 500}
+    assert not crashes
+
+
+def test_crash_fault_fails_later_requests_and_reports_once() -> None:
+    async def scenario(client: httpx.AsyncClient, api: Any) -> tuple[list[int], int]:
+        codes = []
+        for _ in range(4):
+            response = await client.post("/v1/chat/completions", json=_chat(max_tokens=3))
+            codes.append(response.status_code)
+            await asyncio.sleep(0.01)
+        return codes, (await client.get("/health")).status_code
+
+    (codes, health), crashes = _run(
+        ["--time-scale", "1000", "--fault-crash-after-requests", "2"], scenario
+    )
+    assert codes[:2] == [200, 200] and codes[2:] == [500, 500]
+    assert health == 503
+    assert len(crashes) == 1 and "illegal memory access" in crashes[0]
+
+
+def test_slow_first_token_fault_delays_the_first_token_by_modelled_seconds() -> None:
+    async def scenario(client: httpx.AsyncClient, api: Any) -> float:
+        started = time.perf_counter()
+        await client.post("/v1/chat/completions", json=_chat(max_tokens=1))
+        return time.perf_counter() - started
+
+    wall_s, _ = _run(["--time-scale", "10", "--fault-slow-first-token-s", "3"], scenario)
+    assert wall_s >= 0.3
+
+
+def test_stats_line_is_logged_while_busy_and_parses() -> None:
+    out = io.StringIO()
+
+    async def scenario(client: httpx.AsyncClient, api: Any) -> None:
+        log = VllmLog(api_pid=1, engine_pid=2, stream=out)
+        stats = asyncio.create_task(StatsLogger(api.runner, log, interval_s=10.0).run())
+        body = _chat(max_tokens=3000, ignore_eos=True)  # ~20 modelled s: two intervals
+        await asyncio.gather(*(client.post("/v1/chat/completions", json=body) for _ in range(3)))
+        stats.cancel()
+
+    _run(["--time-scale", "200"], scenario)
+    lines = parse_engine_stats(out.getvalue())
+    assert lines, out.getvalue()
+    assert any(line.generation_tokens_per_s > 0 for line in lines)
