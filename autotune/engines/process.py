@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from autotune.engines._watchdog import session_members
+from autotune.engines.vllm_log import AUTOTUNE_LINE_PREFIX
 from autotune.errors import EngineError
 
 INTERRUPT_GRACE_S = 5.0  # vLLM exits within ~2 s of SIGINT, its group within ~3 s
@@ -85,12 +86,14 @@ class ServerProcess:
     ) -> ServerProcess:
         """Start ``argv`` in a new session; output goes to ``log_path`` (truncated).
 
-        ``preamble`` lines are written first, each prefixed ``# autotune: ``.
+        ``preamble`` lines are written first, each prefixed ``# autotune: `` (the
+        failure classifier skips them).
         Raises ``EngineError`` when the executable cannot be started at all.
         """
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("wb") as log_file:
-            log_file.write("".join(f"# autotune: {line}\n" for line in preamble).encode())
+            header = "".join(f"{AUTOTUNE_LINE_PREFIX}{line}\n" for line in preamble)
+            log_file.write(header.encode())
             log_file.flush()
             try:
                 popen = subprocess.Popen(

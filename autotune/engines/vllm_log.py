@@ -23,6 +23,7 @@ EXCERPT_LINES_BEFORE = 12
 EXCERPT_LINES_AFTER = 4
 TAIL_LINES = 40
 MESSAGE_MAX_CHARS = 400
+AUTOTUNE_LINE_PREFIX = "# autotune: "  # lines autotune writes at the head of a server log
 
 # "(EngineCore pid=123) ERROR 11-30 01:14:47 [core.py:1510] " (vllm/logger.py format)
 _PREFIX = re.compile(r"^\((?P<proc>[\w-]+) pid=\d+\) (?P<level>[A-Z]+) [\d-]+ [\d:]+ \[[^\]]*\] ")
@@ -215,6 +216,11 @@ def _find(pattern: re.Pattern[str], lines: list[str]) -> _Hit | None:
     return None
 
 
+def _server_lines(text: str) -> list[str]:
+    """The log's lines minus autotune's own header lines (the argv could match anything)."""
+    return [line for line in text.splitlines() if not line.startswith(AUTOTUNE_LINE_PREFIX)]
+
+
 def _excerpt(lines: list[str], index: int) -> str:
     start = max(index - EXCERPT_LINES_BEFORE, 0)
     return "\n".join(lines[start : index + EXCERPT_LINES_AFTER + 1])
@@ -244,7 +250,7 @@ def classify_failure(
     launcher gave up waiting: a hang). ``health_status`` 503 means the engine is dead.
     The exit code alone is never trusted: vLLM may exit 0 after an engine death.
     """
-    lines = log_text.splitlines()
+    lines = _server_lines(log_text)
 
     def failure(failure_class: FailureClass, hit: _Hit | None, message: str = "") -> Failure:
         return Failure(
@@ -290,7 +296,7 @@ def fatal_line(text: str, *, phase: Phase) -> str | None:
     Used while waiting for readiness or serving, so a doomed server is given up on as
     soon as vLLM says why rather than at a timeout.
     """
-    lines = text.splitlines()
+    lines = _server_lines(text)
     patterns = [_PORT_IN_USE, _KV_DOES_NOT_FIT, _CUDA_OOM]
     if phase == "serving":
         lines = _before_shutdown(lines)

@@ -1,6 +1,6 @@
 """A stand-in for `vllm serve` in process tests: one HTTP server plus an "EngineCore" child.
 
-    python stand_in_server.py PORT [--ignore-signals] [--fail "message" --after S]
+    python stand_in_server.py PORT [--ignore-signals] [--fail "message" [--linger S]]
 
 Prints vLLM-style lines; the child sleeps in the same session, as EngineCore does.
 """
@@ -41,7 +41,7 @@ def main() -> int:
     parser.add_argument("port", type=int)
     parser.add_argument("--ignore-signals", action="store_true")
     parser.add_argument("--fail")
-    parser.add_argument("--after", type=float, default=0.2)
+    parser.add_argument("--linger", type=float, default=0.2, help="seconds from --fail to exit")
     args = parser.parse_args()
     if args.ignore_signals:
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -54,10 +54,10 @@ def main() -> int:
     child = subprocess.Popen([sys.executable, "-c", child_code])
     print(f"(APIServer pid=1) INFO 11-30 01:00:00 [x.py:1] child pid {child.pid}", flush=True)
     if args.fail:
-        time.sleep(args.after)
+        time.sleep(0.2)
         prefix = f"(EngineCore pid={child.pid}) ERROR 11-30 01:00:01 [core.py:1]"
         print(f"{prefix} {args.fail}", flush=True)
-        time.sleep(args.after)
+        time.sleep(args.linger)
         child.kill()
         return 1
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
