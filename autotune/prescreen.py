@@ -44,8 +44,7 @@ def make_prescreen(
         report = plan_memory(args.sim)
         chunk_tokens = min(report.max_num_batched_tokens, max_prompt_tokens)
         transient = (
-            report.transient_prefill_bytes_per_token * chunk_tokens
-            + report.transient_bytes_per_seq * min(report.max_num_seqs, 1)
+            report.transient_prefill_bytes_per_token * chunk_tokens + report.transient_bytes_per_seq
         )
         headroom = report.headroom_bytes - int(transient) if report.fits else report.headroom_bytes
         fits = report.fits and headroom >= 0
@@ -66,12 +65,17 @@ def memory_margin(headroom_bytes: int, visible_bytes: int, *, fits: bool) -> flo
 
 
 def try_prescreen(
-    *, hardware: str | None, sim_model: str | None, certain_above: float
+    *, hardware: str | None, sim_model: str | None, certain_above: float, max_prompt_tokens: int
 ) -> Prescreen | None:
     """A pre-screen when both names are in the simulator's catalogs, else None."""
     if hardware is None or sim_model is None:
         return None
     try:
-        return make_prescreen(hardware=hardware, sim_model=sim_model, certain_above=certain_above)
+        return make_prescreen(
+            hardware=hardware,
+            sim_model=sim_model,
+            certain_above=certain_above,
+            max_prompt_tokens=max_prompt_tokens,
+        )
     except InputError:
         return None
