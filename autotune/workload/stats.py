@@ -81,7 +81,7 @@ class _PrefixCache:
     def tokens(self, text: str) -> np.ndarray:
         cached = self.encoded.get(id(text))
         if cached is None:
-            cached = np.asarray(self.tokenizer.encode(text), dtype=np.uint64)
+            cached = np.asarray(self.tokenizer.encode(text), dtype=np.uint32)
             self.encoded[id(text)] = cached
             self._keep.append(text)
         return cached
@@ -92,7 +92,7 @@ class _PrefixCache:
         parts.extend(self.tokens(message.text) for message in messages)
         if not parts:
             return 0
-        tokens = np.concatenate(parts)
+        tokens = np.concatenate(parts).astype(np.uint64)
         blocks = len(tokens) // self.block_size
         if blocks == 0:
             return 0

@@ -146,3 +146,27 @@ def test_import_dispatch_rejects_unknown_source(tmp_path: Path) -> None:
         import_workload("csv", tmp_path)
     with pytest.raises(WorkloadError, match="no readable Weka trace"):
         import_weka(tmp_path)
+
+
+def test_mooncake_stats_match_the_hash_level_prefix_hit_ratio(tmp_path: Path) -> None:
+    """With 512-token blocks the token-level ideal cache must equal the trace's own ids."""
+    source = require_data("mooncake/conversation_trace.jsonl")
+    workload, _ = import_mooncake(source)
+    small, _ = slice_workload(workload, duration_s=45)
+    seen: set[int] = set()
+    hit_tokens = total_tokens = 0
+    for request in small.requests:
+        spec = request.input
+        full_blocks = spec.hash_ids[: spec.tokens // 512]
+        leading = 0
+        while leading < len(full_blocks) and full_blocks[leading] in seen:
+            leading += 1
+        hit_tokens += 512 * leading
+        total_tokens += spec.tokens
+        seen.update(full_blocks)
+    out = tmp_path / "m.jsonl"
+    write_workload(out, small.records())
+    stats = workload_stats(load_plan(out), block_size=512)
+    assert stats.input_tokens.total == total_tokens
+    assert stats.prefix_hit_ratio == pytest.approx(hit_tokens / total_tokens)
+    assert stats.prefix_hit_ratio > 0.01  # every request shares at least block 0

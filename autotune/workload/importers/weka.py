@@ -5,7 +5,8 @@ trace's 64-token hash ids, scoped to the session), subagents become child
 threads ``sa:<agent_id>`` that start after the main-thread request that spawned
 them and are joined by the next main-thread request when they finished before
 it. The first ``(tool_tokens + system_tokens) // 64`` blocks are the Claude
-Code system + tools prefix, shared across sessions with the same sizes.
+Code tools + system prefix: the tool definitions are shared by every trace
+with the same ``tool_tokens``, the system text by traces with the same sizes.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from autotune.workload.schema import (
 )
 
 BLOCK_SIZE = 64
+TOOLS_HASH_BASE = 1 << 40  # global hash ids of tool-definition blocks, apart from trace ids
 
 
 @dataclass
@@ -96,11 +98,25 @@ def _prefix(
     blocks = min(tokens // BLOCK_SIZE, len(first.get("hash_ids") or []) - 1)
     if blocks <= 0:
         return None, []
-    prefix_id = f"cc.{owner.get('tool_tokens', 0)}.{owner.get('system_tokens', 0)}"
+    tool_tokens = int(owner.get("tool_tokens") or 0)
+    prefix_id = f"cc.{tool_tokens}.{owner.get('system_tokens', 0)}"
     if prefix_id not in prefixes:
-        part = SynthPart(tokens=blocks * BLOCK_SIZE)
-        prefixes[prefix_id] = PrefixRecord(id=prefix_id, system=[part])
+        prefixes[prefix_id] = PrefixRecord(id=prefix_id, system=_prefix_parts(tool_tokens, blocks))
     return prefix_id, list(first["hash_ids"][:blocks])
+
+
+def _prefix_parts(tool_tokens: int, blocks: int) -> list[SynthPart]:
+    """Tool definitions first (as Anthropic renders them), shared by every trace with the
+    same tool_tokens through global hash ids; then this prefix's own system text."""
+    total = blocks * BLOCK_SIZE
+    tools = min(tool_tokens, total)
+    parts: list[SynthPart] = []
+    if tools:
+        ids = [TOOLS_HASH_BASE + tool_tokens * 1_000 + i for i in range(-(-tools // BLOCK_SIZE))]
+        parts.append(SynthPart(tokens=tools, hash_ids=ids, scope="global"))
+    if total > tools:
+        parts.append(SynthPart(tokens=total - tools))
+    return parts
 
 
 def _request(
