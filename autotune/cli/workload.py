@@ -195,6 +195,8 @@ def slice_(
 ) -> None:
     """Cut a workload to what a card can hold, and say what was cut."""
     workload = read_workload(path, skip_invalid=skip_invalid)
+    for line in workload.skipped:
+        console().print(f"skipped invalid line {line}", highlight=False)
     sliced, report = slice_workload(
         workload, sessions=sessions, max_context=max_context, duration_s=duration
     )
@@ -222,4 +224,6 @@ def _stats_table(result: WorkloadStats) -> Table:
     )
     table.add_row("peak concurrent sessions", str(result.peak_concurrent_sessions))
     table.add_row("duration (recorded arrivals)", f"{result.duration_s:,.1f} s")
+    if result.skipped_lines:
+        table.add_row("invalid lines skipped", str(result.skipped_lines))
     return table

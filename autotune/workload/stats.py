@@ -64,6 +64,7 @@ class WorkloadStats(BaseModel):
     block_size: int
     peak_concurrent_sessions: int
     duration_s: float  # first to last recorded arrival
+    skipped_lines: int = 0  # invalid lines dropped by --skip-invalid
 
 
 class _PrefixCache:
@@ -155,4 +156,5 @@ def workload_stats(
         block_size=block_size,
         peak_concurrent_sessions=_peak_concurrency(list(spans.values())),
         duration_s=(max(arrivals) - min(arrivals)) if arrivals else 0.0,
+        skipped_lines=int(plan.metadata.get("skipped_lines", 0)),  # type: ignore[call-overload]  # set by expand
     )
