@@ -110,6 +110,7 @@ class _Exchange:
     start_s: float
     start_perf: float
     first_byte_perf: float | None = None
+    end_perf: float = 0.0
     chunks: list[bytes] = field(default_factory=list)
     complete: bool = False
 
@@ -145,7 +146,7 @@ def build_app(
 
     def finish(exchange: _Exchange, status: int) -> None:
         """Parse and record a finished call (runs after its last byte was sent)."""
-        end_perf = time.perf_counter()
+        end_perf = exchange.end_perf
         if exchange.endpoint is None or not exchange.complete:
             return
         body = _parse_body(exchange.raw_body)
@@ -201,6 +202,7 @@ def build_app(
                     if exchange.endpoint is not None:
                         exchange.chunks.append(chunk)
                     yield chunk
+                exchange.end_perf = time.perf_counter()
                 exchange.complete = True
             finally:
                 if not exchange.complete:  # the client went away: nothing to record
