@@ -34,6 +34,13 @@ from autotune.workload.plan import PlannedRequest
 
 _DATA = b"data:"
 _DONE = b"[DONE]"
+# A compact vLLM token chunk (choices, no finish reason, usage or error) needs no
+# JSON parsing. Keys are matched with their quotes: inside a JSON string a quote
+# is escaped, so text content cannot fake them. Anything else is parsed.
+_CHOICES = b'"choices":[{'
+_NO_FINISH = b'"finish_reason":null'
+_USAGE = b'"usage":{'
+_ERROR = b'"error"'
 
 
 class _StreamFault(Exception):
@@ -136,6 +143,16 @@ async def _read_stream(response: httpx.Response, stream: _Stream, anthropic: boo
             payload = line[5:].strip()
             if payload == _DONE:
                 stream.finished = True
+                continue
+            if (  # a plain token chunk needs no parsing (see _CHOICES)
+                _CHOICES in payload
+                and _NO_FINISH in payload
+                and _USAGE not in payload
+                and _ERROR not in payload
+                and not anthropic
+            ):
+                stream.end = now
+                stream.chunk_times.append(now)
                 continue
             data = json.loads(payload)
             if not isinstance(data, dict):

@@ -37,6 +37,7 @@ from autotune.replay.client import fetch_model_name
 from autotune.replay.load import LoadSpec, ReplayObserver, RequestSlo
 from autotune.replay.records import ReplayStats, RequestRecord
 from autotune.replay.stats import compute_stats
+from autotune.replay.transport import AiohttpTransport
 from autotune.server_stats import ServerStats
 from autotune.workload.plan import WorkloadPlan
 
@@ -114,13 +115,12 @@ async def replay(
     ``model_name`` empty: the first model at /v1/models. ``scrape_interval_s``
     None: /metrics is not read (server_stats None). Raises ReplayError only
     when the replay cannot start (no model name); request failures are records.
+    ``transport``: httpx transport (default: ``AiohttpTransport``, see transport.py).
     """
     if server_time_scale <= 0:
         raise ReplayError(f"server_time_scale must be > 0, but got {server_time_scale}")
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-    async with httpx.AsyncClient(
-        base_url=url, transport=transport, timeout=None, limits=limits
-    ) as client:
+    transport = transport if transport is not None else AiohttpTransport()
+    async with httpx.AsyncClient(base_url=url, transport=transport, timeout=None) as client:
         if not model_name:
             model_name = await fetch_model_name(client, api_key=api_key)
         before: str | None = None
