@@ -3,11 +3,12 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from autotune.cli import app
 from autotune.workload import expand, load_plan
-from autotune.workload.gen import ClaudeCodeParams, claudecode, fixed
+from autotune.workload.gen import ChatParams, ClaudeCodeParams, chat, claudecode, fixed
 from autotune.workload.stats import workload_stats
 
 REPO = Path(__file__).resolve().parents[2]
@@ -66,3 +67,12 @@ def test_sample_workload_is_reproducible_from_documented_command(tmp_path: Path)
         "gen claudecode --sessions 7 --requests-per-session 8 --prefix-tokens 14000"
         in (REPO / "docs" / "workload-format.md").read_text()
     )
+
+
+def test_chat_requests_are_independent_with_poisson_arrivals() -> None:
+    plan = expand(chat(ChatParams(requests=400, seed=2, rate_rps=4.0, system_tokens=100)))
+    arrivals = [r.arrival_s for r in plan.requests]
+    assert arrivals == sorted(arrivals) and all(r.session is None for r in plan.requests)
+    assert 400 / arrivals[-1] == pytest.approx(4.0, rel=0.2)
+    assert len({r.system for r in plan.requests}) == 1  # the shared system prompt
+    assert 500 <= statistics.median(r.prompt_tokens - 100 for r in plan.requests) <= 1_100
