@@ -97,6 +97,11 @@ def _int_label(labels: dict[str, str], name: str) -> int | None:
         return None
 
 
+def _flag_label(labels: dict[str, str], name: str) -> bool | None:
+    value = labels.get(name)
+    return None if value is None else value == "True"
+
+
 def kv_cache_tokens(samples: MetricSamples) -> int | None:
     """KV pool size in tokens from cache_config_info (or blocks x block size)."""
     labels = _cache_config(samples)
@@ -109,8 +114,7 @@ def kv_cache_tokens(samples: MetricSamples) -> int | None:
 
 def prefix_caching_enabled(samples: MetricSamples) -> bool | None:
     """What cache_config_info says about --enable-prefix-caching (None if absent)."""
-    value = _cache_config(samples).get("enable_prefix_caching")
-    return None if value is None else value == "True"
+    return _flag_label(_cache_config(samples), "enable_prefix_caching")
 
 
 def gauge_lines(text: str) -> str:
@@ -154,6 +158,7 @@ def server_stats_between(before: str, after: str, samples: Sequence[str] = ()) -
         ),
         kv_cache_tokens=kv_cache_tokens(end) or kv_cache_tokens(start),
         block_size=_int_label(labels, "block_size"),
+        prefix_caching_enabled=_flag_label(labels, "enable_prefix_caching"),
         scrapes=len(every),
     )
 
@@ -191,6 +196,8 @@ def explain_prefix_cache(
         return None
     expected = f" (the workload could reuse {plan_hit_ratio:.0%})" if plan_hit_ratio else ""
     head = f"Prefix cache hit rate was {rate:.1%}{expected}: "
+    if prefix_caching_enabled is None:
+        prefix_caching_enabled = stats.prefix_caching_enabled
     if prefix_caching_enabled is False:
         return head + (
             "prefix caching is off on this server; start it with --enable-prefix-caching "

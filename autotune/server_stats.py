@@ -32,4 +32,5 @@ class ServerStats(BaseModel):
     spec_decode_mean_acceptance_length: float | None = None  # 1 + accepted / drafts
     kv_cache_tokens: int | None = None  # from vllm:cache_config_info labels
     block_size: int | None = None  # from vllm:cache_config_info labels
+    prefix_caching_enabled: bool | None = None  # from vllm:cache_config_info labels
     scrapes: int = 0

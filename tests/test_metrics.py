@@ -48,6 +48,7 @@ def test_real_dump_counters_and_cache_config() -> None:
     assert (stats.prefix_cache_queries, stats.prefix_cache_hits) == (10092, 4992)
     assert stats.prefix_cache_hit_rate == pytest.approx(4992 / 10092)
     assert stats.kv_cache_tokens == 524288 and stats.block_size == 128
+    assert stats.prefix_caching_enabled is True
     assert stats.external_prefix_cache_hit_rate is None  # 0 queries: no rate
     assert stats.spec_decode_acceptance_rate is None  # no speculative decoding on that run
 
@@ -115,6 +116,14 @@ def test_explains_prefix_caching_off() -> None:
         kv_cache_tokens=None, working_set_tokens=None,
     )  # fmt: skip
     assert text is not None and "--enable-prefix-caching" in text and "60%" in text
+
+
+def test_prefix_caching_off_read_from_server_stats() -> None:
+    text = explain_prefix_cache(
+        _cold(prefix_caching_enabled=False), plan_hit_ratio=None, prefix_caching_enabled=None,
+        kv_cache_tokens=None, working_set_tokens=None,
+    )  # fmt: skip
+    assert text is not None and "prefix caching is off" in text
 
 
 def test_explains_a_pool_too_small_with_both_numbers() -> None:
