@@ -1,15 +1,31 @@
-"""Compare the best configs of several studies (GPUs, engine versions, models) in one table."""
+"""Compare the best configs of several studies (GPUs, engine versions, models) in one table.
+
+``--what-if GPU`` adds the simulator's prediction for GPUs the user does not
+own: the study's best config is predicted on the study's own GPU and on the
+other one, and each figure is scaled by measured/predicted on the own GPU, so
+the simulator's bias on this workload cancels out.
+"""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 from rich.table import Table
 
 from autotune.errors import InputError
 from autotune.explain import format_flag_value
+from autotune.replay.load import LoadSpec
+from autotune.sim.config import SimConfig
+from autotune.sim.flags import parse_serve_args
+from autotune.sim.hardware import get_gpu
+from autotune.sim.models import get_model
+from autotune.sim.predict import Prediction, predict
 from autotune.study_reader import LoadedStudy, TrialRow
+from autotune.trial_config import TrialConfig
+from autotune.workload.expand import load_plan
+from autotune.workload.plan import WorkloadPlan
 
 SECONDS_PER_HOUR = 3600
 SHORT_FLAGS = (
@@ -27,6 +43,7 @@ class ComparisonRow(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     study: str
+    label: str  # the column header: the study, or "<gpu> what-if"
     gpu: str
     engine_version: str | None
     model: str | None
@@ -106,6 +123,7 @@ def compare_rows(
         rows.append(
             ComparisonRow(
                 study=loaded.name,
+                label=loaded.name,
                 gpu=loaded.info.gpu_name,
                 engine_version=best.engine_version or loaded.info.engine_version,
                 model=loaded.info.model,
@@ -122,6 +140,123 @@ def compare_rows(
     return rows
 
 
+def catalog_gpu(loaded: LoadedStudy) -> str:
+    """The simulator catalog name of the GPU the study ran on. Raises ``InputError``."""
+    for name in study_gpu_names(loaded):
+        try:
+            get_gpu(name)
+        except InputError:
+            continue
+        return name
+    raise InputError(
+        f"study {loaded.name!r} ran on {loaded.info.gpu_name!r}, which is not in the "
+        "simulator's GPU catalog (autotune sim catalog): no calibration for --what-if"
+    )
+
+
+def sim_config(config: TrialConfig, gpu: str) -> SimConfig:
+    """The simulator's reading of ``config`` launched on catalog GPU ``gpu``."""
+    get_gpu(gpu)
+    get_model(config.model)
+    try:
+        return parse_serve_args([*config.vllm_args(), "--hardware", gpu]).sim
+    except SystemExit as exc:  # argparse has printed why
+        raise InputError(f"the simulator cannot read the config {config.vllm_args()}") from exc
+
+
+def study_plan(loaded: LoadedStudy) -> tuple[WorkloadPlan, LoadSpec]:
+    """The study's own workload and load, checked against the stored digest."""
+    workload = loaded.info.workload
+    path = Path(str(workload.get("path", "")))
+    if not path.is_file():
+        raise InputError(f"study {loaded.name!r}: workload file {path} is gone")
+    plan = load_plan(path)
+    stored = workload.get("digest")
+    if stored and stored != plan.digest:
+        raise InputError(f"study {loaded.name!r}: {path} changed since the study ran")
+    return plan, LoadSpec.model_validate(loaded.info.load)
+
+
+def _ratio(measured: float | None, predicted: float | None) -> float | None:
+    if measured is None or not predicted:
+        return None
+    return measured / predicted
+
+
+def _scaled(value: float | None, ratio: float | None) -> float | None:
+    """``value`` calibrated by ``ratio``; uncalibrated (as predicted) when there is none."""
+    if value is None:
+        return None
+    return value if ratio is None else value * ratio
+
+
+def what_if_rows(
+    studies: list[LoadedStudy], gpus: list[str], *, prices: dict[str, float] | None = None
+) -> list[ComparisonRow]:
+    """Per study and GPU, the best config as the calibrated simulator predicts it."""
+    for gpu in gpus:
+        get_gpu(gpu)
+    rows = []
+    for loaded in studies:
+        best = loaded.best()
+        if best.config is None:
+            raise InputError(f"study {loaded.name!r}: trial {best.number} stored no config")
+        plan, load = study_plan(loaded)
+        own = catalog_gpu(loaded)
+        own_prediction = predict(sim_config(best.config, own), plan, load)
+        own_stats = own_prediction.stats
+        ratios: dict[str, float | None] = {"throughput": None, "ttft": None, "tpot": None}
+        if own_prediction.failure is None:  # else nothing to calibrate against: raw figures
+            ratios = {
+                "throughput": _ratio(best.throughput_tok_s, own_stats.output_throughput_tok_s),
+                "ttft": _ratio(best.ttft_p95_s, own_stats.ttft.p95),
+                "tpot": _ratio(best.tpot_p95_s, own_stats.tpot.p95),
+            }
+        for gpu in gpus:
+            prediction = predict(sim_config(best.config, gpu), plan, load)
+            rows.append(_predicted_row(loaded, best, gpu, prediction, ratios, own, prices))
+    return rows
+
+
+def _predicted_row(
+    loaded: LoadedStudy,
+    best: TrialRow,
+    gpu: str,
+    prediction: Prediction,
+    ratios: dict[str, float | None],
+    own: str,
+    prices: dict[str, float] | None,
+) -> ComparisonRow:
+    stats = prediction.stats
+    ran = prediction.failure is None
+    calibration = ratios["throughput"]
+    source = (
+        f"predicted (simulator x{calibration:.2f}, calibrated on {own})"
+        if calibration is not None
+        else f"predicted (simulator, uncalibrated: it does not run this config on {own})"
+    )
+    if not ran:
+        source = f"predicted: {prediction.failure.failure_class} on {gpu}"
+    return ComparisonRow(
+        study=loaded.name,
+        label=f"{gpu} what-if",
+        gpu=gpu,
+        engine_version=loaded.info.engine_version,
+        model=loaded.info.model,
+        trial=best.number,
+        best_config=config_summary(best),
+        output_throughput_tok_s=_scaled(stats.output_throughput_tok_s, calibration)
+        if ran
+        else None,
+        ttft_p95_s=_scaled(stats.ttft.p95, ratios["ttft"]) if ran else None,
+        tpot_p95_s=_scaled(stats.tpot.p95, ratios["tpot"]) if ran else None,
+        kv_cache_tokens=prediction.memory.kv_cache_tokens if prediction.memory.fits else None,
+        concurrency_reached=prediction.server_stats.peak_running if ran else None,
+        usd_per_hour=price_for(prices or {}, gpu),
+        source=source,
+    )
+
+
 def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
@@ -131,8 +266,9 @@ def comparison_table(rows: list[ComparisonRow]) -> Table:
     table = Table(title="Best configuration per study", show_lines=True)
     table.add_column("", style="bold")
     for row in rows:
-        table.add_column(row.study, overflow="fold")
+        table.add_column(row.label, overflow="fold")
     lines: list[tuple[str, list[str]]] = [
+        ("study", [row.study for row in rows]),
         ("source", [row.source for row in rows]),
         ("GPU", [row.gpu for row in rows]),
         ("engine", [row.engine_version or "-" for row in rows]),

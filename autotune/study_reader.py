@@ -133,7 +133,7 @@ class TrialRow(BaseModel):
     @property
     def concurrency_reached(self) -> int | None:
         """Most requests the server ran at once (its own gauge), else the client's count."""
-        if self.server_stats and self.server_stats.peak_running is not None:
+        if self.server_stats and self.server_stats.peak_running:  # 0: no scrape saw a batch
             return self.server_stats.peak_running
         return self.replay.max_concurrent_requests if self.replay else None
 

@@ -100,11 +100,22 @@ def compare(
         list[str] | None,
         typer.Option("--price", help="GPU=USD_PER_HOUR, e.g. rtx4080s-32g=0.35 (repeatable)."),
     ] = None,
+    what_if: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--what-if",
+            help="Also predict each best config on this simulator GPU (repeatable), "
+            "calibrated on the study's own GPU.",
+        ),
+    ] = None,
 ) -> None:
     """One table across studies: best config, throughput, latency, KV tokens, tok/s per $."""
     _quiet_optuna()
     prices = compare_mod.parse_prices(price or [])
-    rows = compare_mod.compare_rows([load_study(storage, name) for name in studies], prices=prices)
+    loaded = [load_study(storage, name) for name in studies]
+    rows = compare_mod.compare_rows(loaded, prices=prices)
+    if what_if:
+        rows += compare_mod.what_if_rows(loaded, what_if, prices=prices)
     console().print(compare_mod.comparison_table(rows))
 
 

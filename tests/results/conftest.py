@@ -143,7 +143,13 @@ def _params(point: Point) -> dict[str, object]:
     }
 
 
-def build_study(storage_url: str, name: str, *, multi_objective: bool = False) -> optuna.Study:
+def build_study(
+    storage_url: str,
+    name: str,
+    *,
+    multi_objective: bool = False,
+    points: list[Point] | None = None,
+) -> optuna.Study:
     """Create and fill a study the way autotune's spine stores one."""
     objectives = ["throughput", "latency"] if multi_objective else ["throughput"]
     directions = ["maximize", "minimize"] if multi_objective else ["maximize"]
@@ -175,7 +181,7 @@ def build_study(storage_url: str, name: str, *, multi_objective: bool = False) -
         study.set_user_attr(key, value)
 
     worst = None
-    for point in POINTS:
+    for point in POINTS if points is None else points:
         config = trial_config(point)
         oom_margin = point.kv_gib / _ceiling_gib(point) - 1
         attrs: dict[str, object] = {

@@ -1,13 +1,23 @@
 from __future__ import annotations
 
+from pathlib import Path
+
+import optuna
 import pytest
 from rich.console import Console
 
-from autotune.compare import compare_rows, comparison_table, parse_prices, price_for
+from autotune.compare import (
+    compare_rows,
+    comparison_table,
+    parse_prices,
+    price_for,
+    what_if_rows,
+)
 from autotune.errors import InputError
 from autotune.study_reader import load_study
+from autotune.workload.expand import load_plan
 
-from .conftest import build_study
+from .conftest import Point, build_study
 
 
 def test_prices_parse_and_match_gpu_names_loosely() -> None:
@@ -37,3 +47,64 @@ def test_table_compares_best_configs_with_cost(storage_url: str) -> None:
     assert "4,377,600" in text  # output tokens per USD
     assert "293,350" in text
     assert text.count("measured") == 2
+
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLE_WORKLOAD = REPO / "workloads" / "sample-claudecode.jsonl"
+
+
+def _on_the_catalog_gpu(storage_url: str, name: str) -> None:
+    """Point the fixture study at the real sample workload and the simulator's 4080 Super."""
+    study = optuna.load_study(study_name=name, storage=storage_url)
+    plan = load_plan(SAMPLE_WORKLOAD)
+    study.set_user_attr(
+        "workload",
+        {"path": str(SAMPLE_WORKLOAD), "name": plan.name, "digest": plan.digest},
+    )
+    study.set_user_attr("load", {"mode": "sessions", "concurrency": 8, "max_requests": 24})
+    study.set_user_attr("hardware", {"gpu_name": "rtx4080s-32g", "source": "simulator"})
+
+
+def test_what_if_is_calibrated_on_the_studys_own_gpu(storage_url: str) -> None:
+    # configs the simulated 4080 Super runs, so there is something to calibrate against
+    points = [Point(6.0, "auto", 8, 0, baseline=True), Point(10.0, "fp8_e4m3", 8, 0)]
+    build_study(storage_url, "a", points=points)
+    _on_the_catalog_gpu(storage_url, "a")
+    loaded = load_study(storage_url, "a")
+    own, h100, small = what_if_rows(
+        [loaded], ["rtx4080s-32g", "h100-80g", "rtx4090-24g"], prices={"h100": 2.49}
+    )
+    # on its own GPU the calibrated prediction gives back what was measured
+    best = loaded.best()
+    assert own.output_throughput_tok_s == pytest.approx(best.throughput_tok_s)
+    assert own.ttft_p95_s == pytest.approx(best.ttft_p95_s)
+    assert own.source.startswith("predicted (simulator x") and "rtx4080s-32g" in own.source
+    assert h100.output_throughput_tok_s > own.output_throughput_tok_s
+    assert h100.usd_per_hour == 2.49
+    # 10 GiB of KV beside 27B weights does not fit in 24 GB: a prediction, not a number
+    assert small.output_throughput_tok_s is None
+    assert small.source.startswith("predicted: cuda-oom") or "kv-does-not-fit" in small.source
+    console = Console(width=250, record=True)
+    console.print(comparison_table([*compare_rows([loaded]), own, h100, small]))
+    assert "h100-80g what-if" in console.export_text()
+
+
+def test_what_if_needs_the_same_workload_and_a_catalog_gpu(
+    storage_url: str, tmp_path: Path
+) -> None:
+    build_study(storage_url, "a")
+    _on_the_catalog_gpu(storage_url, "a")
+    study = optuna.load_study(study_name="a", storage=storage_url)
+    workload = study.user_attrs["workload"]
+    study.set_user_attr("workload", {**workload, "path": str(tmp_path / "gone.jsonl")})
+    with pytest.raises(InputError, match=r"workload file .*gone\.jsonl is gone"):
+        what_if_rows([load_study(storage_url, "a")], ["h100-80g"])
+    study.set_user_attr("workload", {**workload, "digest": "sha256:other"})
+    with pytest.raises(InputError, match=r"sample-claudecode\.jsonl changed since the study ran"):
+        what_if_rows([load_study(storage_url, "a")], ["h100-80g"])
+    study.set_user_attr("workload", workload)
+    with pytest.raises(InputError, match="unknown hardware 'b200'"):
+        what_if_rows([load_study(storage_url, "a")], ["b200"])
+    study.set_user_attr("hardware", {"gpu_name": "NVIDIA B200"})
+    with pytest.raises(InputError, match="not in the simulator's GPU catalog"):
+        what_if_rows([load_study(storage_url, "a")], ["h100-80g"])
