@@ -252,6 +252,7 @@ class SimApi:
         return requested
 
     async def _generate(self, request: Request, endpoint: str) -> Response:
+        received_wall_s = self.runner.wall_now()
         anthropic = endpoint == "anthropic.messages"
         try:
             body = await self._body(request)
@@ -268,6 +269,7 @@ class SimApi:
                 min_tokens=min(min_tokens, max_tokens),
                 ignore_eos=bool(body.get("ignore_eos", False)),
                 cache_salt=body.get("cache_salt"),
+                received_wall_s=received_wall_s,
             )
         except BadRequest as exc:
             if anthropic:

@@ -4,9 +4,13 @@ Each ``SimEngineCore.step()`` models ``duration_s`` seconds; the loop sleeps
 ``duration_s / time_scale`` of wall time, then hands the step's tokens to the
 waiting request streams. Virtual time is tied to wall time by one running
 offset (virtual = wall * scale + offset), so sleep jitter never accumulates;
-steps that end within a millisecond of now are batched without sleeping, and
-if the loop falls more than ``MAX_LAG_S`` behind (a busy CPU) the offset is
-re-anchored rather than replaying the backlog at full speed.
+steps that end within a millisecond of now are batched without sleeping.
+
+When the process falls behind (request handlers busy streaming), the loop
+catches up by running steps back to back without yielding (they are cheap),
+so modelled time keeps pace with the wall clock and the handlers send the
+tokens of several steps in one chunk. Only a stall longer than ``MAX_LAG_S``
+re-anchors the clock (that time is lost to the model).
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ from autotune.sim.faults import CRASH_ROOT_CAUSE, FaultInjector
 from autotune.sim.metrics_export import RequestTiming, VllmMetrics
 
 MIN_SLEEP_S = 0.001  # wall; shorter waits are batched
-MAX_LAG_S = 0.25  # wall; behind by more than this (a stalled CPU), re-anchor the clock
-STEPS_PER_YIELD = 1  # let handlers run at least this often when not sleeping
+MAX_LAG_S = 1.0  # wall; behind by more than this (a stalled CPU), re-anchor the clock
+CATCH_UP_LAG_S = 0.01  # wall; behind by more than this, run steps back to back
+MAX_BUSY_S = 0.005  # wall; catching up, still let handlers run this often
 EARLY_STOP_PROBABILITY = 0.5  # without ignore_eos, how often the model stops before max_tokens
 
 
@@ -108,6 +113,10 @@ class EngineRunner:
         """The modelled time that corresponds to now."""
         return self._wall() * self.time_scale + self._offset
 
+    def wall_now(self) -> float:
+        """This runner's wall clock (seconds, arbitrary origin)."""
+        return self._wall()
+
     def submit(
         self,
         prompt_token_ids: list[int],
@@ -116,10 +125,14 @@ class EngineRunner:
         min_tokens: int = 0,
         ignore_eos: bool = False,
         cache_salt: str | None = None,
+        received_wall_s: float | None = None,
         prefix: str = "req",
     ) -> RequestStream:
         """Queue one request with the engine; its stream receives the tokens.
 
+        ``received_wall_s`` (this runner's wall clock) is when the request
+        reached the server: the engine takes it as the arrival, so the time spent
+        parsing it, which the time scale would magnify, does not count.
         Without ``ignore_eos`` the model may stop early, at a seeded point in
         ``[min_tokens, max_tokens]`` (finish reason ``stop``). Raises InputError
         for a prompt the engine rejects, EngineDeadError once the engine died.
@@ -131,6 +144,8 @@ class EngineRunner:
             stop_at = self._eos_rng.randint(max(1, min_tokens), max_tokens)
             stop_at = None if stop_at >= max_tokens else stop_at
         now_s = self.virtual_now()
+        if received_wall_s is not None:
+            now_s = min(now_s, received_wall_s * self.time_scale + self._offset)
         if not self.core.has_unfinished():
             self.core.advance_to(max(now_s, self.core.clock_s))
             arrival_s = self.core.clock_s
@@ -167,7 +182,7 @@ class EngineRunner:
 
     async def run(self) -> None:
         """Drive the engine until it dies (or the task is cancelled)."""
-        steps_unyielded = 0
+        last_yield = self._wall()
         while self.dead_reason is None:
             if not self.core.has_unfinished():
                 self._wake.clear()
@@ -180,14 +195,15 @@ class EngineRunner:
             delay = (end_s - self._offset) / self.time_scale - self._wall()
             if delay > MIN_SLEEP_S:
                 await asyncio.sleep(delay)
-                steps_unyielded = 0
+                last_yield = self._wall()
             else:
                 if delay < -MAX_LAG_S:
                     self._offset = end_s - self._wall() * self.time_scale
-                steps_unyielded += 1
-                if steps_unyielded >= STEPS_PER_YIELD:
+                # A little late (sleep jitter): hand this step's tokens out now. Far behind:
+                # catch up first, letting the handlers in only every MAX_BUSY_S.
+                if delay > -CATCH_UP_LAG_S or self._wall() - last_yield > MAX_BUSY_S:
                     await asyncio.sleep(0)
-                    steps_unyielded = 0
+                    last_yield = self._wall()
             if result.oom is not None:
                 self.die(result.oom)
                 return
