@@ -1,0 +1,222 @@
+"""The scheduler core: batching limits, chunked prefill, prefix cache, preemption, MTP, OOM."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune.errors import InputError
+from autotune.sim.config import SimConfig
+from autotune.sim.engine import SimEngineCore, SimRequest, StepResult
+from autotune.sim.prefix_cache import PrefixCache
+from autotune.sim.units import GIB
+
+
+def qwen(**overrides: object) -> SimConfig:
+    values: dict[str, object] = {
+        "hardware": "rtx4080s-32g",
+        "model": "qwen3.6-27b-awq",
+        "language_model_only": True,
+        "kv_cache_memory_bytes": 9 * GIB,
+        "kv_cache_dtype": "fp8_e4m3",
+    }
+    values.update(overrides)
+    return SimConfig.model_validate(values)
+
+
+def llama(**overrides: object) -> SimConfig:
+    values: dict[str, object] = {"hardware": "h100-80g", "model": "llama-3.1-8b"}
+    values.update(overrides)
+    return SimConfig.model_validate(values)
+
+
+def prompt(start: int, length: int) -> list[int]:
+    return list(range(start, start + length))
+
+
+def run(engine: SimEngineCore) -> list[StepResult]:
+    assert engine.memory.fits
+    steps = []
+    while engine.has_unfinished():
+        result = engine.step()
+        assert result.oom is None
+        steps.append(result)
+    return steps
+
+
+def test_every_request_gets_exactly_its_tokens() -> None:
+    engine = SimEngineCore(qwen())
+    for index in range(5):
+        engine.add_request(SimRequest(f"r{index}", prompt(index * 1000, 100), 20 + index))
+    produced: dict[str, int] = {}
+    reasons = {}
+    for result in run(engine):
+        for output in result.outputs:
+            produced[output.request_id] = produced.get(output.request_id, 0) + output.new_tokens
+            if output.finished:
+                reasons[output.request_id] = output.finish_reason
+    assert produced == {f"r{index}": 20 + index for index in range(5)}
+    assert set(reasons.values()) == {"length"}
+    assert engine.counters.generation_tokens == sum(produced.values())
+    assert engine.counters.prompt_tokens == 5 * 100
+
+
+def test_same_seed_same_timeline_and_engines_are_independent() -> None:
+    def timeline(seed: int) -> list[float]:
+        engine = SimEngineCore(qwen(num_speculative_tokens=2), seed=seed, noise=0.1)
+        for index in range(4):
+            engine.add_request(SimRequest(f"r{index}", prompt(index * 500, 64), 40))
+        return [result.duration_s for result in run(engine)]
+
+    first = timeline(1)
+    SimEngineCore(qwen()).add_request(SimRequest("other", prompt(0, 10), 5))
+    assert timeline(1) == first
+    assert timeline(2) != first
+
+
+def test_max_num_seqs_caps_the_batch() -> None:
+    engine = SimEngineCore(qwen(max_num_seqs=2))
+    for index in range(5):
+        engine.add_request(SimRequest(f"r{index}", prompt(index * 100, 50), 10))
+    peak = 0
+    while engine.has_unfinished():
+        engine.step()
+        peak = max(peak, engine.counters.num_running)
+    assert peak == 2
+
+
+def test_chunked_prefill_respects_the_token_budget() -> None:
+    engine = SimEngineCore(qwen(max_num_batched_tokens=2048, max_model_len=16384))
+    engine.add_request(SimRequest("long", prompt(0, 5000), 4))
+    steps = run(engine)
+    assert [step.num_prefill_tokens for step in steps[:3]] == [2048, 2048, 904]
+    assert not steps[0].outputs and not steps[1].outputs
+    assert steps[2].outputs[0].new_tokens == 1
+
+
+def test_mixed_prefill_and_decode_is_slower_than_pure_decode() -> None:
+    engine = SimEngineCore(qwen())
+    for index in range(8):
+        engine.add_request(SimRequest(f"r{index}", prompt(index * 1000, 100), 200))
+    for _ in range(3):
+        engine.step()
+    pure = engine.step()
+    engine.add_request(SimRequest("late", prompt(99_000, 1500), 10))
+    mixed = engine.step()
+    assert pure.num_prefill_tokens == 0 and mixed.num_prefill_tokens > 0
+    assert mixed.duration_s > 2 * pure.duration_s
+
+
+def test_prefix_cache_hits_whole_blocks_and_honours_salt() -> None:
+    engine = SimEngineCore(llama())  # prefix caching on by default, block 16
+    shared = prompt(0, 1000)
+    engine.add_request(SimRequest("a", shared, 5))
+    run(engine)
+    engine.add_request(SimRequest("b", [*shared, 7, 8, 9], 5))
+    engine.add_request(SimRequest("c", [*shared, 7, 8, 9], 5, cache_salt="other-user"))
+    cached = {o.request_id: o.num_cached_tokens for r in run(engine) for o in r.outputs}
+    assert cached["b"] == (1000 // 16) * 16
+    assert cached["c"] == 0
+    assert engine.counters.prefix_cache_hits == cached["b"]
+    assert engine.counters.prefix_cache_queries == 1000 + 2 * 1003
+
+
+def test_prefix_caching_off_never_hits() -> None:
+    engine = SimEngineCore(llama(enable_prefix_caching=False))
+    for name in ("a", "b"):
+        engine.add_request(SimRequest(name, prompt(0, 1000), 5))
+        run(engine)
+    assert engine.counters.prefix_cache_hits == 0
+
+
+def test_hybrid_model_caches_at_attention_block_granularity() -> None:
+    engine = SimEngineCore(qwen(enable_prefix_caching=True))
+    block = engine.memory.block_size
+    engine.add_request(SimRequest("a", prompt(0, 3 * block + 10), 3))
+    run(engine)
+    engine.add_request(SimRequest("b", prompt(0, 3 * block + 10), 3))
+    cached = [o.num_cached_tokens for r in run(engine) for o in r.outputs]
+    assert cached[0] == 3 * block
+
+
+def test_prefix_cache_evicts_least_recently_released_first() -> None:
+    cache = PrefixCache()
+    for block_hash in (1, 2, 3):
+        cache.insert(block_hash)
+    cache.release([1])
+    cache.release([2, 3])
+    assert cache.num_evictable == 3
+    cache.acquire([2])
+    assert cache.evict(1) == 1
+    assert cache.match([1]) == 0 and cache.match([2, 3]) == 2  # 1 went first
+    assert cache.evict(5) == 1  # 3 goes; 2 is pinned
+    assert cache.match([2]) == 1 and cache.match([3]) == 0
+
+
+def test_full_pool_preempts_and_everything_still_finishes() -> None:
+    engine = SimEngineCore(llama(kv_cache_memory_bytes=GIB, max_model_len=4096))
+    assert engine.memory.kv_cache_tokens < 12 * 1000  # the pool cannot hold every request
+    for index in range(12):
+        engine.add_request(SimRequest(f"r{index}", prompt(index * 10_000, 700), 300))
+    produced: dict[str, int] = {}
+    for result in run(engine):
+        assert 0.0 <= engine.counters.kv_cache_usage <= 1.0
+        for output in result.outputs:
+            produced[output.request_id] = produced.get(output.request_id, 0) + output.new_tokens
+    assert engine.counters.num_preemptions > 0
+    assert produced == {f"r{index}": 300 for index in range(12)}
+
+
+def test_mtp_counters_and_speed_up_at_low_concurrency() -> None:
+    def finish_time(k: int) -> tuple[float, SimEngineCore]:
+        engine = SimEngineCore(qwen(num_speculative_tokens=k), seed=3)
+        engine.add_request(SimRequest("solo", prompt(0, 128), 256))
+        run(engine)
+        return engine.clock_s, engine
+
+    plain_s, _ = finish_time(0)
+    mtp_s, engine = finish_time(2)
+    counters = engine.counters
+    assert mtp_s < 0.85 * plain_s
+    assert 0 < counters.spec_decode_num_accepted_tokens <= counters.spec_decode_num_draft_tokens
+    assert counters.spec_decode_num_draft_tokens == 2 * counters.spec_decode_num_drafts
+    first, second = counters.spec_decode_accepted_per_pos
+    assert first >= second > 0
+
+
+def test_perfect_acceptance_emits_k_plus_one_tokens_per_step() -> None:
+    engine = SimEngineCore(qwen(num_speculative_tokens=3), mtp_acceptance=[1.0, 1.0, 1.0])
+    engine.add_request(SimRequest("solo", prompt(0, 64), 41))
+    tokens = [o.new_tokens for r in run(engine) for o in r.outputs]
+    assert tokens == [1] + [4] * 10
+
+
+def test_large_prefill_without_headroom_ooms_at_run_time() -> None:
+    engine = SimEngineCore(qwen(kv_cache_memory_bytes=12 * GIB))
+    assert engine.memory.fits
+    engine.add_request(SimRequest("big", prompt(0, 8000), 10))
+    result = engine.step()
+    assert result.oom is not None and "CUDA out of memory" in result.oom
+    assert engine.step().oom == result.oom  # the engine stays dead
+
+
+def test_abort_frees_blocks() -> None:
+    engine = SimEngineCore(llama(enable_prefix_caching=False))
+    engine.add_request(SimRequest("gone", prompt(0, 3000), 100))
+    engine.step()
+    assert engine.counters.kv_cache_usage > 0
+    engine.abort("gone")
+    assert not engine.has_unfinished()
+    assert engine.counters.kv_cache_usage == 0
+
+
+def test_prompt_longer_than_the_context_is_rejected() -> None:
+    engine = SimEngineCore(qwen())
+    with pytest.raises(InputError, match="maximum context length is 16384"):
+        engine.add_request(SimRequest("huge", prompt(0, 20_000), 10))
+
+
+def test_advance_to_never_goes_back() -> None:
+    engine = SimEngineCore(qwen())
+    engine.advance_to(5.0)
+    engine.advance_to(2.0)
+    assert engine.clock_s == 5.0
