@@ -250,15 +250,17 @@ def storage_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'studies.db'}"
 
 
-@pytest.fixture
-def study_url(storage_url: str) -> str:
-    """A storage holding the single-objective study ``qwen-4080``."""
-    build_study(storage_url, "qwen-4080")
-    return storage_url
+@pytest.fixture(scope="session")
+def study_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A storage holding the single-objective study ``qwen-4080``. Read-only: shared."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('so') / 'studies.db'}"
+    build_study(url, "qwen-4080")
+    return url
 
 
-@pytest.fixture
-def pareto_url(storage_url: str) -> str:
-    """A storage holding the throughput/latency study ``qwen-4080-mo``."""
-    build_study(storage_url, "qwen-4080-mo", multi_objective=True)
-    return storage_url
+@pytest.fixture(scope="session")
+def pareto_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A storage holding the throughput/latency study ``qwen-4080-mo``. Read-only: shared."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('mo') / 'studies.db'}"
+    build_study(url, "qwen-4080-mo", multi_objective=True)
+    return url
