@@ -1,4 +1,8 @@
-"""kill -9 of autotune mid-trial leaves no vLLM process (API server, EngineCore, worker)."""
+"""kill -9 of autotune mid-trial leaves no vLLM process (API server, EngineCore, worker).
+
+Killed while vLLM loads the model: the hardest moment, where PR_SET_PDEATHSIG alone
+left 4 processes behind (scripts/measure_engine_guards.py) and the watchdog is needed.
+"""
 
 from __future__ import annotations
 
@@ -18,16 +22,33 @@ pytestmark = [pytest.mark.vllm, pytest.mark.timeout(300)]
 
 PARENT = textwrap.dedent(
     """
-    import asyncio, os, sys, time
+    import asyncio, os, sys
     from pathlib import Path
     from autotune.engines import VllmEngine
     from autotune.trial_config import TrialConfig
 
+    def server_pid():
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    stat = (entry / "stat").read_text()
+                    cmdline = (entry / "cmdline").read_bytes()
+                except OSError:
+                    continue
+                ppid = int(stat[stat.rfind(")") + 2 :].split()[1])
+                if ppid == os.getpid() and b"serve" in cmdline:
+                    return int(entry.name)
+
+    def on_phase(phase):
+        if phase == "loading model":  # EngineCore and worker exist, vLLM is mid-startup
+            print(server_pid(), flush=True)
+
     async def main():
         engine = VllmEngine(executable=sys.argv[1], env={"HF_HUB_OFFLINE": "1"})
         config = TrialConfig.model_validate_json(sys.argv[2])
-        async with engine.launch(config, log_path=Path(sys.argv[3]), startup_timeout_s=240) as s:
-            print(s.process.pid, flush=True)
+        log_path = Path(sys.argv[3])
+        async with engine.launch(config, log_path=log_path, startup_timeout_s=240,
+                                 on_phase=on_phase):
             await asyncio.sleep(600)
 
     asyncio.run(main())
