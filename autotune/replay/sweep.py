@@ -1,0 +1,89 @@
+"""`autotune replay`'s entry: one or several replays against a running server, in one event loop.
+
+A sweep runs the same workload at each concurrency in turn, the table people
+run by hand (concurrency, wall time, mean latency, aggregate output tok/s,
+TTFT, TPOT); each level is a fresh replay with its own /metrics deltas.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from pydantic import BaseModel, ConfigDict
+
+from autotune.errors import InputError
+from autotune.metrics import explain_prefix_cache
+from autotune.replay.load import LoadSpec, ReplayObserver, RequestSlo
+from autotune.replay.runner import ReplayResult, replay
+from autotune.workload.plan import WorkloadPlan
+from autotune.workload.stats import workload_stats
+
+
+class LevelResult(BaseModel):
+    """One replay of a sweep: the load it ran under and what it measured."""
+
+    model_config = ConfigDict(frozen=True)
+
+    load: LoadSpec
+    result: ReplayResult
+    prefix_cache_note: str | None = None  # why the prefix cache missed, when it did
+
+
+def sweep_loads(base: LoadSpec, concurrencies: Sequence[int]) -> list[LoadSpec]:
+    """``base`` at each concurrency (``base`` alone when none is given)."""
+    if not concurrencies:
+        return [base]
+    if base.mode == "trace":
+        raise InputError("--sweep: trace mode sends at recorded times; it has no concurrency")
+    return [base.model_copy(update={"concurrency": level}) for level in concurrencies]
+
+
+def _note(plan: WorkloadPlan, result: ReplayResult) -> str | None:
+    stats = result.server_stats
+    if stats is None or stats.prefix_cache_hit_rate is None:
+        return None
+    if stats.prefix_cache_hit_rate >= 0.02:
+        return None
+    plan_stats = workload_stats(plan, block_size=stats.block_size or 16)
+    return explain_prefix_cache(
+        stats,
+        plan_hit_ratio=plan_stats.prefix_hit_ratio,
+        prefix_caching_enabled=stats.prefix_caching_enabled,
+        kv_cache_tokens=stats.kv_cache_tokens,
+        working_set_tokens=None,
+    )
+
+
+def run_sweep(
+    *,
+    url: str,
+    plan: WorkloadPlan,
+    loads: Sequence[LoadSpec],
+    model_name: str = "",
+    server_time_scale: float = 1.0,
+    api_key: str | None = None,
+    slo: RequestSlo | None = None,
+    observer: ReplayObserver | None = None,
+) -> list[LevelResult]:
+    """Replay ``plan`` under each load in turn (one ``asyncio.run``)."""
+
+    async def run_all() -> list[LevelResult]:
+        levels = []
+        for load in loads:
+            result = await replay(
+                url=url,
+                plan=plan,
+                load=load,
+                model_name=model_name,
+                server_time_scale=server_time_scale,
+                api_key=api_key,
+                slo=slo,
+                observer=observer,
+            )
+            levels.append(
+                LevelResult(load=load, result=result, prefix_cache_note=_note(plan, result))
+            )
+        return levels
+
+    return asyncio.run(run_all())

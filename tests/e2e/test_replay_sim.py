@@ -1,0 +1,151 @@
+"""The replayer against the simulator process: the three load modes, token counts that
+match the server's own /metrics, time-scale consistency, and the `autotune replay` command."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from autotune.replay.load import LoadSpec
+from autotune.replay.runner import ReplayResult, replay
+from autotune.workload.expand import expand
+from autotune.workload.gen import ClaudeCodeParams, claudecode, fixed
+from autotune.workload.io import write_workload
+from autotune.workload.plan import WorkloadPlan
+from tests.replay.conftest import free_port, wait_ready
+
+pytestmark = [pytest.mark.timeout(120)]
+
+SimFactory = Callable[[float], str]
+SIM_ARGS = (
+    "qwen3.6-27b-awq", "--hardware", "rtx4080s-32g", "--kv-cache-memory-bytes", "9G",
+    "--language-model-only", "--enable-prefix-caching", "--startup-s", "0",
+)  # fmt: skip
+
+
+def _start_sims(log_dir: Path) -> Iterator[SimFactory]:
+    processes: list[subprocess.Popen[bytes]] = []
+
+    def start(time_scale: float) -> str:
+        port = free_port()
+        argv = [sys.executable, "-m", "autotune.sim", "serve", *SIM_ARGS]
+        argv += ["--port", str(port), "--time-scale", str(time_scale)]
+        log = (log_dir / f"sim-{port}.log").open("wb")
+        process = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        processes.append(process)
+        url = f"http://127.0.0.1:{port}"
+        wait_ready(url, process, timeout_s=60)
+        return url
+
+    yield start
+    for process in processes:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+    for process in processes:
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+@pytest.fixture(scope="module")
+def fast_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One simulator at 50x for the module."""
+    for start in _start_sims(tmp_path_factory.mktemp("sim")):
+        yield start(50.0)
+
+
+@pytest.fixture
+def sims(tmp_path: Path) -> Iterator[SimFactory]:
+    yield from _start_sims(tmp_path)
+
+
+def _agent_plan() -> WorkloadPlan:
+    params = ClaudeCodeParams(
+        sessions=4, seed=3, user_turns=1, tool_steps_mean=2.0, requests_per_session=4,
+        prefix_tokens=1500, subagent_prefix_tokens=800, max_context=8000, subagent_rate=0.5,
+        session_stagger_s=5.0,
+    )  # fmt: skip
+    return expand(claudecode(params), name="agents")
+
+
+def _fixed_plan(requests: int, output_tokens: int) -> WorkloadPlan:
+    workload = fixed(requests=requests, prompt_tokens=256, output_tokens=output_tokens)
+    return expand(workload, name="fixed")
+
+
+def _replay(url: str, plan: WorkloadPlan, load: LoadSpec, scale: float) -> ReplayResult:
+    return asyncio.run(
+        replay(url=url, plan=plan, load=load, model_name="", server_time_scale=scale,
+               scrape_interval_s=0.2)
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "load",
+    [
+        LoadSpec(mode="concurrency", concurrency=4, max_gap_s=2.0),
+        LoadSpec(mode="sessions", concurrency=4, max_gap_s=2.0),
+        LoadSpec(mode="trace", timing_scale=4.0, max_gap_s=2.0),
+    ],
+    ids=lambda load: load.mode,
+)
+def test_load_modes_count_the_tokens_the_server_generated(fast_sim: str, load: LoadSpec) -> None:
+    plan = _agent_plan()
+    result = _replay(fast_sim, plan, load, 50.0)
+    stats, server = result.stats, result.server_stats
+    assert stats.failed == 0 and stats.completed == len(plan.requests)
+    assert [r.output_tokens for r in result.records] == [
+        {p.id: p.output_tokens for p in plan.requests}[r.id] for r in result.records
+    ]  # exact output lengths
+    assert server is not None and server.generation_tokens == stats.total_output_tokens
+    assert server.prompt_tokens is not None and server.prompt_tokens > 0
+    if load.mode == "sessions":  # turns share their session's prefix
+        assert server.prefix_cache_hit_rate is not None and server.prefix_cache_hit_rate > 0.3
+
+
+def test_scale_1_and_scale_20_give_the_same_figures(sims: SimFactory) -> None:
+    plan = _fixed_plan(8, 32)
+    load = LoadSpec(mode="concurrency", concurrency=4)
+    slow = _replay(sims(1.0), plan, load, 1.0).stats
+    fast = _replay(sims(20.0), plan, load, 20.0).stats
+    assert fast.completed == slow.completed == 8
+    assert fast.tpot.mean == pytest.approx(slow.tpot.mean, rel=0.15)
+    assert fast.output_throughput_tok_s == pytest.approx(slow.output_throughput_tok_s, rel=0.3)
+    assert fast.ttft.mean == pytest.approx(slow.ttft.mean, rel=0.5)
+
+
+def test_replay_command_sweep_as_json(fast_sim: str, tmp_path: Path) -> None:
+    path = tmp_path / "fixed.jsonl"
+    write_workload(path, fixed(requests=8, prompt_tokens=128, output_tokens=16).records())
+    argv = [
+        sys.executable, "-m", "autotune", "replay", "--url", fast_sim, "-w", str(path),
+        "--mode", "concurrency", "--sweep", "1,4", "--server-time-scale", "50", "--json",
+    ]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    levels = json.loads(done.stdout)
+    assert [level["load"]["concurrency"] for level in levels] == [1, 4]
+    assert all(level["result"]["stats"]["completed"] == 8 for level in levels)
+    assert levels[1]["result"]["stats"]["max_concurrent_requests"] == 4
+    assert levels[0]["result"]["server_stats"]["generation_tokens"] == 8 * 16
+
+
+def test_replay_command_rejects_a_bad_sweep(tmp_path: Path) -> None:
+    path = tmp_path / "fixed.jsonl"
+    write_workload(path, fixed(requests=1, prompt_tokens=8, output_tokens=1).records())
+    argv = [sys.executable, "-m", "autotune", "replay", "--url", "http://127.0.0.1:9",
+            "-w", str(path), "--sweep", "4,x"]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2 and "--sweep" in done.stderr
