@@ -260,6 +260,8 @@ class SimApi:
                 raise BadRequest(shapes.ENGINE_DEAD_MESSAGE, 500, "InternalServerError")
             if self.faults.should_fail_with_5xx():
                 raise BadRequest("Simulated server error.", 500, "InternalServerError")
+            if body.get("n", 1) != 1:
+                raise BadRequest("The simulator serves n=1 only (one choice per request).")
             ids = self._prompt_ids(body, endpoint)
             max_tokens = self._max_tokens(body, len(ids))
             min_tokens = int(body.get("min_tokens") or 0)

@@ -78,11 +78,11 @@ def banner_lines(version: str, model: str) -> list[str]:
 
 
 def engine_config_message(version: str, fields: dict[str, object]) -> str:
-    """``Initializing a V1 LLM engine (v0.33.0) with config: model='...', ...``."""
-    config = ", ".join(
-        f"{key}={value!r}" if isinstance(value, str) else f"{key}={value}"
-        for key, value in fields.items()
-    )
+    """``Initializing a V1 LLM engine (v0.33.0) with config: model='...', ...``.
+
+    Values are written as given (vLLM quotes some strings and not others).
+    """
+    config = ", ".join(f"{key}={value}" for key, value in fields.items())
     return f"Initializing a V1 LLM engine (v{version}) with config: {config}"
 
 

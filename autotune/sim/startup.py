@@ -181,9 +181,9 @@ class StartupSequence:
             logs.engine_config_message(
                 self.args.vllm_version,
                 {
-                    "model": sim.model,
+                    "model": repr(sim.model),
                     "speculative_config": spec,
-                    "tokenizer": sim.model,
+                    "tokenizer": repr(sim.model),
                     "dtype": "torch.bfloat16",
                     "max_seq_len": memory.max_model_len,
                     "tensor_parallel_size": 1,
@@ -193,6 +193,7 @@ class StartupSequence:
                     "device_config": "cuda",
                     "seed": sim.seed,
                     "served_model_name": self.args.served_model_name,
+                    "max_num_seqs": memory.max_num_seqs,
                     "enable_prefix_caching": memory.enable_prefix_caching,
                     "enable_chunked_prefill": True,
                 },
