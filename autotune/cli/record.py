@@ -41,12 +41,14 @@ def record(
         f"recording {upstream} on http://{host}:{port} -> {out} "
         f"(ANTHROPIC_BASE_URL=http://{host}:{port}; Ctrl-C to stop)",
         highlight=False,
+        soft_wrap=True,
     )
     recorder = serve(upstream, host, port, out, anonymize=anonymize)
     console().print(
         f"recorded {recorder.recorded} calls to {out} ({recorder.skipped} not recorded: "
         "errors or interrupted streams)",
         highlight=False,
+        soft_wrap=True,
     )
 
 

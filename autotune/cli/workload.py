@@ -41,7 +41,9 @@ def _write(workload: Workload, out: Path) -> None:
     sessions = {request.session for request in workload.requests if request.session}
     console().print(
         f"wrote {out}: {len(workload.requests)} requests, {len(sessions)} sessions, "
-        f"{size_bytes / 1024:.1f} KiB"
+        f"{size_bytes / 1024:.1f} KiB",
+        highlight=False,
+        soft_wrap=True,
     )
 
 
@@ -144,7 +146,7 @@ def import_(
     """Convert a foreign trace or request log to a workload file; report what was dropped."""
     workload, report = import_workload(from_, source, endpoint=_endpoint(endpoint))
     for line in report.lines():
-        console().print(line, highlight=False)
+        console().print(line, highlight=False, soft_wrap=True)
     _write(workload, out)
 
 
@@ -196,12 +198,12 @@ def slice_(
     """Cut a workload to what a card can hold, and say what was cut."""
     workload = read_workload(path, skip_invalid=skip_invalid)
     for line in workload.skipped:
-        console().print(f"skipped invalid line {line}", highlight=False)
+        console().print(f"skipped invalid line {line}", highlight=False, soft_wrap=True)
     sliced, report = slice_workload(
         workload, sessions=sessions, max_context=max_context, duration_s=duration
     )
     for line in report.lines():
-        console().print(line, highlight=False)
+        console().print(line, highlight=False, soft_wrap=True)
     _write(sliced, out or path.with_suffix(".slice.jsonl"))
 
 
