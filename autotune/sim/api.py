@@ -32,6 +32,9 @@ from autotune.sim.runloop import EngineDeadError, EngineRunner, RequestStream
 from autotune.workload.plan import Message
 
 GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")  # vLLM's --api-key middleware
+# The prompt renderer remembers every message it has tokenized (sessions resend their
+# history); a fresh one every this many requests bounds that memory in long runs.
+RENDERER_REQUESTS = 20_000
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
     (b"cache-control", b"no-cache"),
@@ -119,6 +122,7 @@ class SimApi:
         self.max_model_len = max_model_len
         self.model_name = args.served_model_name
         self.renderer = PromptRenderer()
+        self._rendered = 0
         self._on_startup = on_startup
         self._created = int(time.time())
 
@@ -156,6 +160,8 @@ class SimApi:
         return JSONResponse({"server_load": 0})
 
     async def metrics_text(self, request: Request) -> Response:
+        if self.args.disable_log_stats:  # vLLM drops its vllm:* stat loggers too
+            return Response(b"", media_type=CONTENT_TYPE)
         self.metrics.sync(self.runner.core.counters)
         return Response(self.metrics.render(), media_type=CONTENT_TYPE)
 
@@ -207,6 +213,9 @@ class SimApi:
         return body
 
     def _prompt_ids(self, body: dict[str, Any], endpoint: str) -> list[int]:
+        self._rendered += 1
+        if self._rendered % RENDERER_REQUESTS == 0:
+            self.renderer = PromptRenderer()
         if endpoint == "openai.completions":
             prompt = body.get("prompt")
             if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):

@@ -172,3 +172,14 @@ def test_stats_line_is_logged_while_busy_and_parses() -> None:
     lines = parse_engine_stats(out.getvalue())
     assert lines, out.getvalue()
     assert any(line.generation_tokens_per_s > 0 for line in lines)
+
+
+def test_disable_log_stats_drops_the_vllm_metrics_as_vllm_does() -> None:
+    async def scenario(client: httpx.AsyncClient, api: Any) -> tuple[str, str]:
+        await client.post("/v1/chat/completions", json=_chat(max_tokens=2))
+        return (await client.get("/metrics")).text, ""
+
+    (text, _), _ = _run(["--time-scale", "1000", "--disable-log-stats"], scenario)
+    assert "vllm:" not in text
+    (text, _), _ = _run(["--time-scale", "1000"], scenario)
+    assert "vllm:generation_tokens_total" in text
