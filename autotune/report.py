@@ -21,6 +21,8 @@ from optuna.visualization import (
     plot_slice,
 )
 
+from autotune.compare import catalog_gpu, sim_config, study_plan
+from autotune.errors import InputError
 from autotune.explain import (
     GIB,
     explain,
@@ -28,6 +30,7 @@ from autotune.explain import (
     measured_study,
     param_importances,
 )
+from autotune.sim.predict import predict
 from autotune.study_reader import LoadedStudy, TrialRow
 
 OUTCOME_COLOURS = {
@@ -40,6 +43,7 @@ OUTCOME_COLOURS = {
     "cuda-oom-load": "#e377c2",
 }
 OTHER_COLOUR = "#7f7f7f"
+SWEEP_CONCURRENCY = (1, 2, 4, 8, 16, 32)  # the field notes' hand-run benchmark levels
 
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1100px; color: #222; }
@@ -177,12 +181,64 @@ def outcome_figure(loaded: LoadedStudy) -> go.Figure | None:
     return figure
 
 
+def _marks(loaded: LoadedStudy) -> list[tuple[str, TrialRow, str]]:
+    """(label, trial, colour) for the best and the baseline, once if they are one trial."""
+    best = loaded.best() if loaded.feasible_measured() else None
+    baseline = loaded.baseline()
+    if best is not None and baseline is not None and best.number == baseline.number:
+        return [("best = baseline", best, "#2ca02c")]
+    marks = [("best", best, "#2ca02c"), ("baseline", baseline, "#7f7f7f")]
+    return [(label, row, colour) for label, row, colour in marks if row is not None]
+
+
+def predicted_sweep(
+    loaded: LoadedStudy, row: TrialRow, concurrencies: tuple[int, ...] = SWEEP_CONCURRENCY
+) -> list[tuple[int, float | None]]:
+    """Output tok/s of ``row``'s config at each closed-loop concurrency, as the simulator
+    predicts it over the study's workload (None where it fails). Raises ``InputError``."""
+    if row.config is None:
+        raise InputError(f"trial {row.number} stored no config")
+    plan, load = study_plan(loaded)
+    config = sim_config(row.config, catalog_gpu(loaded))
+    points = []
+    for concurrency in concurrencies:
+        closed_loop = load.model_copy(
+            update={
+                "mode": "concurrency",
+                "concurrency": concurrency,
+                "max_requests": None,
+                "duration_s": None,
+                "saturation_stop": False,
+            }
+        )
+        prediction = predict(config, plan, closed_loop)
+        ok = prediction.failure is None
+        points.append((concurrency, prediction.stats.output_throughput_tok_s if ok else None))
+    return points
+
+
 def concurrency_figure(loaded: LoadedStudy) -> go.Figure | None:
-    """Throughput against requests running at once, from stored measurements."""
+    """Throughput against requests at once: the simulator's sweep of best and baseline
+    (simulated studies), over the stored measurements of every trial."""
     rows = [r for r in loaded.trials if r.measured and r.concurrency_reached]
-    if not rows:
-        return None
     figure = go.Figure()
+    source = "stored measurements"
+    if loaded.info.engine == "sim":
+        try:
+            for label, row, colour in _marks(loaded):
+                points = predicted_sweep(loaded, row)
+                figure.add_scatter(
+                    x=[c for c, _ in points],
+                    y=[tok_s for _, tok_s in points],
+                    mode="lines+markers",
+                    name=f"{label} (trial {row.number}), predicted closed loop",
+                    line={"color": colour},
+                )
+            source = "simulator prediction (lines) and stored measurements (points)"
+        except InputError:
+            figure = go.Figure()  # the workload or catalog entry is gone: data only
+    if not rows and not figure.data:
+        return None
     figure.add_scatter(
         x=[r.concurrency_reached for r in rows],
         y=[r.throughput_tok_s for r in rows],
@@ -191,27 +247,23 @@ def concurrency_figure(loaded: LoadedStudy) -> go.Figure | None:
         marker={"size": 9, "color": "#1f77b4"},
         text=[f"trial {r.number}" for r in rows],
     )
-    best = loaded.best() if loaded.feasible_measured() else None
-    baseline = loaded.baseline()
-    marks = [("best", best, "#2ca02c"), ("baseline", baseline, "#7f7f7f")]
-    if best is not None and baseline is not None and best.number == baseline.number:
-        marks = [("best = baseline", best, "#2ca02c")]
-    for label, row, colour in marks:
-        if row is not None and row.measured and row.concurrency_reached:
+    for label, row, colour in _marks(loaded):
+        if row.measured and row.concurrency_reached:
             figure.add_scatter(
                 x=[row.concurrency_reached],
                 y=[row.throughput_tok_s],
                 mode="markers+text",
-                name=f"{label} (trial {row.number})",
+                name=f"{label} (trial {row.number}), measured",
                 text=[label],
                 textposition="top center",
                 marker={"size": 16, "color": colour, "symbol": "star"},
             )
     figure.update_layout(
-        title="Output throughput vs requests running at once (source: stored measurements)",
-        xaxis_title="peak requests running (server gauge)",
+        title=f"Output throughput vs requests at once (source: {source})",
+        xaxis_title="requests running at once",
         yaxis_title="output tok/s",
     )
+    figure.update_xaxes(type="log", tickvals=list(SWEEP_CONCURRENCY))
     return figure
 
 
@@ -297,7 +349,7 @@ def render_report(loaded: LoadedStudy) -> str:
         parts.append(f"<h2>{html.escape(section.title)}</h2><ul>")
         parts += [f"<li>{html.escape(s)}</li>" for s in section.sentences]
         parts.append("</ul>")
-    parts.append("<h2>Plots</h2>")
+    parts.append("<h2 id='plots'>Plots</h2>")
     plots = [history_figure(loaded), outcome_figure(loaded), concurrency_figure(loaded)]
     plots += _optuna_figures(loaded)
     parts += [figures.html(figure) for figure in plots if figure is not None]

@@ -20,8 +20,10 @@ from autotune.engines.base import Failure, FailureClass, HardwareFingerprint, St
 from autotune.replay.records import Percentiles, ReplayStats
 from autotune.server_stats import ServerStats
 from autotune.trial_config import TrialConfig
+from autotune.workload.expand import load_plan
 
 MODEL = "qwen3.6-27b-awq"
+SAMPLE_WORKLOAD = Path(__file__).resolve().parents[2] / "workloads" / "sample-claudecode.jsonl"
 GIB = 1 << 30
 TOKENS_PER_GIB = {"auto": 128_341 / 9, "fp8_e4m3": 220_013 / 9}
 TOKENS_PER_SESSION = 9_000
@@ -243,6 +245,19 @@ def build_study(
             )
         )
     return study
+
+
+def on_the_catalog_gpu(storage_url: str, name: str) -> None:
+    """Point a fixture study at the real sample workload and the simulator's 4080 Super,
+    so the simulator can predict its configs (what-if, the report's sweep)."""
+    study = optuna.load_study(study_name=name, storage=storage_url)
+    plan = load_plan(SAMPLE_WORKLOAD)
+    study.set_user_attr(
+        "workload",
+        {"path": str(SAMPLE_WORKLOAD), "name": plan.name, "digest": plan.digest},
+    )
+    study.set_user_attr("load", {"mode": "sessions", "concurrency": 8, "max_requests": 24})
+    study.set_user_attr("hardware", {"gpu_name": "rtx4080s-32g", "source": "simulator"})
 
 
 @pytest.fixture

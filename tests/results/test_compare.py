@@ -15,9 +15,8 @@ from autotune.compare import (
 )
 from autotune.errors import InputError
 from autotune.study_reader import load_study
-from autotune.workload.expand import load_plan
 
-from .conftest import Point, build_study
+from .conftest import Point, build_study, on_the_catalog_gpu
 
 
 def test_prices_parse_and_match_gpu_names_loosely() -> None:
@@ -49,27 +48,11 @@ def test_table_compares_best_configs_with_cost(storage_url: str) -> None:
     assert text.count("measured") == 2
 
 
-REPO = Path(__file__).resolve().parents[2]
-SAMPLE_WORKLOAD = REPO / "workloads" / "sample-claudecode.jsonl"
-
-
-def _on_the_catalog_gpu(storage_url: str, name: str) -> None:
-    """Point the fixture study at the real sample workload and the simulator's 4080 Super."""
-    study = optuna.load_study(study_name=name, storage=storage_url)
-    plan = load_plan(SAMPLE_WORKLOAD)
-    study.set_user_attr(
-        "workload",
-        {"path": str(SAMPLE_WORKLOAD), "name": plan.name, "digest": plan.digest},
-    )
-    study.set_user_attr("load", {"mode": "sessions", "concurrency": 8, "max_requests": 24})
-    study.set_user_attr("hardware", {"gpu_name": "rtx4080s-32g", "source": "simulator"})
-
-
 def test_what_if_is_calibrated_on_the_studys_own_gpu(storage_url: str) -> None:
     # configs the simulated 4080 Super runs, so there is something to calibrate against
     points = [Point(6.0, "auto", 8, 0, baseline=True), Point(10.0, "fp8_e4m3", 8, 0)]
     build_study(storage_url, "a", points=points)
-    _on_the_catalog_gpu(storage_url, "a")
+    on_the_catalog_gpu(storage_url, "a")
     loaded = load_study(storage_url, "a")
     own, h100, small = what_if_rows(
         [loaded], ["rtx4080s-32g", "h100-80g", "rtx4090-24g"], prices={"h100": 2.49}
@@ -93,7 +76,7 @@ def test_what_if_needs_the_same_workload_and_a_catalog_gpu(
     storage_url: str, tmp_path: Path
 ) -> None:
     build_study(storage_url, "a")
-    _on_the_catalog_gpu(storage_url, "a")
+    on_the_catalog_gpu(storage_url, "a")
     study = optuna.load_study(study_name="a", storage=storage_url)
     workload = study.user_attrs["workload"]
     study.set_user_attr("workload", {**workload, "path": str(tmp_path / "gone.jsonl")})

@@ -2,8 +2,16 @@ from __future__ import annotations
 
 import re
 
-from autotune.report import outcome_figure, render_report, space_axes
+from autotune.report import (
+    SWEEP_CONCURRENCY,
+    concurrency_figure,
+    outcome_figure,
+    render_report,
+    space_axes,
+)
 from autotune.study_reader import load_study
+
+from .conftest import Point, build_study, on_the_catalog_gpu
 
 
 def test_report_is_self_contained_with_plotly_inlined_once(study_url: str) -> None:
@@ -36,3 +44,19 @@ def test_outcome_map_puts_oom_trials_where_they_happened(study_url: str) -> None
     traces = {trace.name: trace for trace in figure.data}
     assert sorted(traces["kv-does-not-fit"].x) == [12.5, 13.5, 14.0]
     assert max(traces["ok"].x) == 12.0
+
+
+def test_sweep_of_best_and_baseline_comes_from_the_simulator(storage_url: str) -> None:
+    points = [Point(6.0, "auto", 4, 0, baseline=True), Point(9.0, "fp8_e4m3", 16, 0)]
+    build_study(storage_url, "s", points=points)
+    on_the_catalog_gpu(storage_url, "s")
+    figure = concurrency_figure(load_study(storage_url))
+    assert figure is not None
+    assert "simulator prediction (lines)" in figure.layout.title.text
+    lines = {t.name: t for t in figure.data if t.mode == "lines+markers"}
+    best = lines["best (trial 1), predicted closed loop"]
+    baseline = lines["baseline (trial 0), predicted closed loop"]
+    assert list(best.x) == list(SWEEP_CONCURRENCY)
+    # max-num-seqs 4 caps the baseline: past 4 clients it cannot go faster; 16 slots can
+    assert baseline.y[-1] == baseline.y[2]
+    assert best.y[-1] > 1.2 * baseline.y[-1]
