@@ -29,6 +29,7 @@ COMPILE_S = 22.0
 PROFILE_S = 2.0
 GRAPH_CAPTURE_S_PER_SIZE = 0.12  # two modes (FULL decode + PIECEWISE mixed) per size
 SERVER_START_S = 1.0
+LOAD_FAILURE = "Failed to load model - not enough GPU memory."
 ROUTES = (
     ("/openapi.json", "GET, HEAD"),
     ("/docs", "GET, HEAD"),
@@ -294,15 +295,23 @@ class StartupSequence:
         )
 
     async def fail(self) -> None:
-        """A configuration that does not fit: vLLM's error lines, after its delay."""
-        if self.phases.compile_s:
-            await self._phase(self.phases.compile_s + self.phases.profile_s)
+        """A configuration that does not fit: vLLM's error lines, after its delay.
+
+        Weights that do not load fail right after loading (vLLM logs "Failed to
+        load model ..." then re-raises torch's OOM); the rest after compiling and
+        profiling, where vLLM sizes the KV cache.
+        """
+        log = self.log
         error = (
             self.memory.failure_message or "ValueError: No available memory for the cache blocks."
         )
+        if error.startswith(LOAD_FAILURE):
+            log.engine("gpu_model_runner.py:5077", error, level="ERROR")
+            error = error.partition("(original error: ")[2].removesuffix(")") or error
+        else:
+            await self._phase(self.phases.compile_s + self.phases.profile_s)
         if not error.startswith(("ValueError", "torch.", "RuntimeError")):
             error = f"ValueError: {error}"
-        log = self.log
         log.engine(
             "core.py:1582",
             "EngineCore failed to start.\n" + logs.traceback_text(logs.ENGINE_INIT_FRAMES, error),

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import re
 
-from autotune.engines.vllm_log import parse_engine_stats, parse_startup_log
+import pytest
+
+from autotune.engines.base import FailureClass
+from autotune.engines.vllm_log import classify_failure, parse_engine_stats, parse_startup_log
 from autotune.sim import logs
+from autotune.sim.flags import parse_serve_args
+from autotune.sim.hardware import get_gpu
 from autotune.sim.logs import VllmLog
+from autotune.sim.memory import plan_memory
+from autotune.sim.models import get_model
+from autotune.sim.startup import StartupSequence
 
 PREFIX = re.compile(
     r"^\((APIServer|EngineCore) pid=\d+\) (INFO|WARNING|ERROR) "
@@ -142,3 +151,75 @@ def test_spec_decode_line() -> None:
         "Drafted throughput: 20.00 tokens/s, Accepted: 122 tokens, Drafted: 200 tokens, "
         "Per-position acceptance rate: 0.720, 0.500, Avg Draft acceptance rate: 61.0%"
     )
+
+
+def _startup_log(argv: list[str]) -> tuple[str, object]:
+    """The whole startup log of a configuration (no sleeping: --startup-s 0)."""
+    args = parse_serve_args([*argv, "--startup-s", "0"])
+    memory = plan_memory(args.sim)
+    log, out = _log()
+    sequence = StartupSequence(
+        args, log, model=get_model(args.sim.model), gpu=get_gpu(args.sim.hardware), memory=memory
+    )
+
+    async def run() -> None:
+        await sequence.api_process()
+        await sequence.engine_until_loaded()
+        if memory.fits:
+            await sequence.engine_until_ready()
+            sequence.serving_lines("127.0.0.1", 8000)
+        else:
+            await sequence.fail()
+
+    asyncio.run(run())
+    return out.getvalue(), memory
+
+
+@pytest.mark.parametrize("version", ["0.33.0", "0.26.0"])
+def test_full_startup_log_parses_to_the_memory_plan(version: str) -> None:
+    text, memory = _startup_log(
+        ["qwen3.6-27b-awq", "--hardware", "rtx4080s-32g", "--language-model-only",
+         "--gpu-memory-utilization", "0.8", "--emulate-vllm-version", version]
+    )  # fmt: skip
+    report = parse_startup_log(text)
+    assert report.engine_version == version
+    assert report.kv_cache_tokens == memory.kv_cache_tokens
+    assert report.attention_block_size == memory.attention_block_size
+    assert report.weights_gib == round(memory.weights_bytes / GIB, 2)
+    assert report.peak_activation_gib == round(memory.peak_activation_bytes / GIB, 2)
+    assert ("GPU KV cache size" in text) and ("Starting vLLM server on http://" in text)
+    two_lines = version == "0.26.0"
+    assert ("for weight," in text) is two_lines
+    assert bool(re.search(r"\] GPU KV cache size: [\d,]+ tokens\n", text)) is two_lines
+
+
+def test_startup_failure_log_classifies_as_kv_does_not_fit() -> None:
+    text, memory = _startup_log(
+        ["llama-3.1-8b", "--hardware", "h100-80g", "--kv-cache-memory-bytes", "1M"]
+    )
+    assert not memory.fits
+    failure = classify_failure(text, exit_code=1, health_status=None, phase="startup")
+    assert failure.failure_class == FailureClass.KV_DOES_NOT_FIT
+
+
+def test_weights_that_do_not_load_fail_with_vllms_load_error() -> None:
+    args = parse_serve_args(["llama-3.1-8b", "--hardware", "rtx4090-24g", "--startup-s", "0"])
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+    memory = plan_memory(args.sim).model_copy(
+        update={
+            "fits": False,
+            "failure_class": "cuda-oom-startup",
+            "failure_message": "Failed to load model - not enough GPU memory. Try lowering "
+            f"--gpu-memory-utilization ... (original error: {oom})",
+        }
+    )
+    log, out = _log()
+    sequence = StartupSequence(
+        args, log, model=get_model("llama-3.1-8b"), gpu=get_gpu("rtx4090-24g"), memory=memory
+    )
+    asyncio.run(sequence.fail())
+    text = out.getvalue()
+    assert "ERROR" in text.splitlines()[0] and "Failed to load model" in text.splitlines()[0]
+    assert f"] {oom}" in text  # re-raised as torch's own error
+    failure = classify_failure(text, exit_code=1, health_status=None, phase="startup")
+    assert failure.failure_class == FailureClass.CUDA_OOM_STARTUP
