@@ -266,12 +266,7 @@ class _TrialRunner:
             is_baseline = bool(trial.user_attrs.get("is_baseline"))
             if self.observer is not None:
                 self.observer.on_trial_start(trial.number, params, is_baseline)
-            config = spec.space.to_config(
-                params,
-                model=spec.model,
-                engine_version=self.engine_version,
-                attention_block_size=self.study.user_attrs.get("attention_block_size"),
-            )
+            config = self._config(params)
             result = self._run(trial, params, config)
         except Exception as exc:
             # Our own failure, not the server's: FAIL with the reason; samplers forget it.
@@ -349,7 +344,7 @@ class _TrialRunner:
         trial.set_user_attr("hardware", self.study.user_attrs.get("hardware"))
         trial.set_user_attr("wall_s", round(result.wall_s, 3))
         block = result.startup.attention_block_size if result.startup else None
-        if block and "attention_block_size" not in self.study.user_attrs:
+        if block and block != self.study.user_attrs.get("attention_block_size"):
             self.study.set_user_attr("attention_block_size", block)
         self._upload(trial, result)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import signal
 import sys
 from pathlib import Path
@@ -191,10 +192,9 @@ def _print_summary(loaded: LoadedStudy, out: Console) -> None:
         f"\n[bold green]Best: trial {best.number}[/bold green]: {value:,.1f} {metric}{gain_text}"
     )
     if best.config is not None:
-        out.print(
-            "  vllm serve " + " ".join(best.config.vllm_args()), soft_wrap=True, highlight=False
-        )
-    out.print(f"  export it: autotune export --study '{loaded.name}'")
+        command = shlex.join(["vllm", "serve", *best.config.vllm_args()])
+        out.print(f"  {command}", soft_wrap=True, highlight=False)
+    out.print(f"  export it: autotune export --study {shlex.quote(loaded.name)}", soft_wrap=True)
 
 
 @handle_errors
