@@ -28,13 +28,16 @@ CHAT = [{"role": "user", "content": "tell me something short"}]
 
 
 def _run(
-    flags: list[str], scenario: Callable[[httpx.AsyncClient, Any], Awaitable[Any]]
+    flags: list[str],
+    scenario: Callable[[httpx.AsyncClient, Any], Awaitable[Any]],
+    *,
+    base: list[str] = BASE,
 ) -> tuple[Any, list[str]]:
     """Run ``scenario(client, api)`` against a fresh in-process server; (result, crashes)."""
     crashes: list[str] = []
 
     async def main() -> Any:
-        api = build_api(parse_serve_args([*BASE, *flags]), on_crash=crashes.append)
+        api = build_api(parse_serve_args([*base, *flags]), on_crash=crashes.append)
         engine = asyncio.create_task(api.runner.run())
         transport = httpx.ASGITransport(app=api.app())
         try:
@@ -183,3 +186,52 @@ def test_disable_log_stats_drops_the_vllm_metrics_as_vllm_does() -> None:
     assert "vllm:" not in text
     (text, _), _ = _run(["--time-scale", "1000"], scenario)
     assert "vllm:generation_tokens_total" in text
+
+
+QWEN = ["--hardware", "rtx4080s-32g", "--language-model-only", "--kv-cache-memory-bytes", "8G"]
+
+
+def _run_qwen(flags: list[str], scenario: Callable[[httpx.AsyncClient, Any], Awaitable[Any]]):
+    result, _ = _run(flags, scenario, base=["qwen3.6-27b-awq", *QWEN])
+    return result
+
+
+def test_mtp_fills_the_spec_decode_metrics_and_log_line() -> None:
+    out = io.StringIO()
+
+    async def scenario(client: httpx.AsyncClient, api: Any) -> str:
+        log = VllmLog(api_pid=1, engine_pid=2, stream=out)
+        stats = asyncio.create_task(StatsLogger(api.runner, log, interval_s=10.0).run())
+        body = _chat(max_tokens=600, ignore_eos=True)
+        await asyncio.gather(*(client.post("/v1/chat/completions", json=body) for _ in range(2)))
+        stats.cancel()
+        return (await client.get("/metrics")).text
+
+    spec = '{"method":"mtp","num_speculative_tokens":2}'
+    metrics = _run_qwen(["--speculative-config", spec, "--time-scale", "500"], scenario)
+    drafts = next(
+        x for x in metrics.splitlines() if x.startswith("vllm:spec_decode_num_drafts_total")
+    )
+    assert float(drafts.split()[-1]) > 0
+    assert 'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name=' in metrics
+    assert 'position="1"' in metrics
+    assert "SpecDecoding metrics: Mean acceptance length: " in out.getvalue()
+
+
+def test_lmcache_reports_external_prefix_cache_metrics() -> None:
+    async def scenario(client: httpx.AsyncClient, api: Any) -> str:
+        words = " ".join(f"w{i}" for i in range(3000))
+        body = {"messages": [{"role": "user", "content": words}], "max_tokens": 1}
+        for _ in range(2):
+            await client.post("/v1/chat/completions", json=body)
+        return (await client.get("/metrics")).text
+
+    kv_transfer = '{"kv_connector":"LMCacheMPConnector","kv_role":"kv_both"}'
+    metrics = _run_qwen(
+        ["--kv-transfer-config", kv_transfer, "--enable-prefix-caching", "--time-scale", "500"],
+        scenario,
+    )
+    queries = next(
+        x for x in metrics.splitlines() if x.startswith("vllm:external_prefix_cache_queries_total")
+    )
+    assert float(queries.split()[-1]) > 0
