@@ -1,9 +1,7 @@
 """The simulator's HTTP routes: vLLM's OpenAI and Anthropic endpoints, health, metrics.
 
-Requests become ``RequestStream``s on the ``EngineRunner``; the handlers turn
-the tokens that arrive into vLLM-shaped SSE events or one JSON body. Streams
-are written by a small ASGI response that also watches for the client going
-away, so a disconnect aborts the request in the engine at once.
+Requests are validated, tokenized and queued as ``RequestStream``s on the
+``EngineRunner``; ``autotune.sim.sse`` writes what comes back.
 """
 
 from __future__ import annotations
@@ -12,7 +10,6 @@ import asyncio
 import contextlib
 import json
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -28,52 +25,14 @@ from autotune.sim.faults import FaultInjector
 from autotune.sim.flags import ServeArgs
 from autotune.sim.metrics_export import CONTENT_TYPE, VllmMetrics
 from autotune.sim.prompt import PromptRenderer
-from autotune.sim.runloop import EngineDeadError, EngineRunner, RequestStream
+from autotune.sim.runloop import EngineDeadError, EngineRunner
+from autotune.sim.sse import SseResponse, StreamWriter, wait_disconnect
 from autotune.workload.plan import Message
 
 GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")  # vLLM's --api-key middleware
 # The prompt renderer remembers every message it has tokenized (sessions resend their
 # history); a fresh one every this many requests bounds that memory in long runs.
 RENDERER_REQUESTS = 20_000
-SSE_HEADERS = [
-    (b"content-type", b"text/event-stream; charset=utf-8"),
-    (b"cache-control", b"no-cache"),
-]
-
-
-class StreamCut(Exception):
-    """Raised inside a stream to drop the connection mid-body (--fault-cut-stream-rate)."""
-
-
-class SseResponse:
-    """An SSE body from an async iterator; aborts the request if the client leaves."""
-
-    def __init__(self, events: AsyncIterator[bytes], on_close: Callable[[], None]) -> None:
-        self._events = events
-        self._on_close = on_close
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
-        producer = asyncio.ensure_future(self._produce(send))
-        watcher = asyncio.ensure_future(_wait_disconnect(receive))
-        try:
-            await asyncio.wait({producer, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            producer.cancel()
-            watcher.cancel()
-            self._on_close()
-        if producer.done() and not producer.cancelled() and producer.exception() is not None:
-            raise producer.exception()  # a StreamCut: let the server drop the connection
-
-    async def _produce(self, send: Send) -> None:
-        async for chunk in self._events:
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
-async def _wait_disconnect(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
 
 
 def _content_text(content: Any) -> str:
@@ -295,11 +254,18 @@ class SimApi:
             return JSONResponse(
                 shapes.openai_error(shapes.ENGINE_DEAD_MESSAGE, 500, "InternalServerError"), 500
             )
-        writer = _StreamWriter(self, stream, endpoint, body)
+        writer = StreamWriter(
+            stream,
+            endpoint,
+            body,
+            model_name=self.model_name,
+            faults=self.faults,
+            time_scale=self.runner.time_scale,
+        )
         if body.get("stream"):
             return SseResponse(writer.events(), lambda: self.runner.abort(stream))  # type: ignore[return-value]
         waiter = asyncio.ensure_future(writer.collect())
-        watcher = asyncio.ensure_future(_wait_disconnect(request.receive))
+        watcher = asyncio.ensure_future(wait_disconnect(request.receive))
         try:
             await asyncio.wait({waiter, watcher}, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -315,136 +281,6 @@ class SimApi:
             return JSONResponse(
                 shapes.openai_error(shapes.ENGINE_DEAD_MESSAGE, 500, "InternalServerError"), 500
             )
-
-
-class _StreamWriter:
-    """Turns one RequestStream into the endpoint's SSE events or JSON body."""
-
-    def __init__(self, api: SimApi, stream: RequestStream, endpoint: str, body: dict) -> None:
-        self.api = api
-        self.stream = stream
-        self.endpoint = endpoint
-        self.model = api.model_name
-        self.created = int(time.time())
-        prefix = {"openai.chat": "chatcmpl-", "openai.completions": "cmpl-"}.get(endpoint, "msg_")
-        self.response_id = prefix + uuid.uuid4().hex
-        options = body.get("stream_options") or {}
-        anthropic = endpoint == "anthropic.messages"
-        self.include_usage = anthropic or bool(options.get("include_usage"))
-        self.continuous_usage = bool(options.get("continuous_usage_stats"))
-
-    def _usage(self) -> dict[str, Any]:
-        s = self.stream
-        return shapes.usage(s.prompt_tokens, s.generated_tokens, s.cached_tokens)
-
-    async def _first_token_delay(self) -> None:
-        delay_s = self.api.faults.config.slow_first_token_s
-        if delay_s > 0:
-            await asyncio.sleep(delay_s / self.api.runner.time_scale)
-
-    async def collect(self) -> dict[str, Any]:
-        """Wait for the whole output; the non-streaming response body."""
-        s = self.stream
-        first = True
-        while await s.next_tokens() or not s.finished:
-            if first:
-                await self._first_token_delay()
-                first = False
-        text = shapes.render_tokens(0, s.generated_tokens)
-        reason = s.finish_reason or "length"
-        if self.endpoint == "openai.chat":
-            return shapes.chat_completion(
-                self.response_id, self.created, self.model, text, reason, self._usage()
-            )
-        if self.endpoint == "openai.completions":
-            return shapes.text_completion(
-                self.response_id, self.created, self.model, text, reason, self._usage()
-            )
-        usage = shapes.anthropic_usage(s.prompt_tokens, s.generated_tokens, s.cached_tokens)
-        stop = shapes.ANTHROPIC_STOP_REASONS.get(reason, "end_turn")
-        return shapes.anthropic_message(self.response_id, self.model, text, stop, usage)
-
-    async def events(self) -> AsyncIterator[bytes]:
-        """The SSE events of a streaming response, in vLLM's shapes."""
-        s = self.stream
-        anthropic = self.endpoint == "anthropic.messages"
-        cut_after = self.api.faults.cut_after_tokens(s.max_tokens)
-        sent = 0
-        try:
-            while True:
-                count = await s.next_tokens()
-                if count == 0 and not s.finished:
-                    continue
-                if sent == 0 and count:
-                    await self._first_token_delay()
-                    start = self._start_events()
-                    if start:
-                        yield start
-                if cut_after is not None and sent + count > cut_after:
-                    raise StreamCut(self.stream.request_id)
-                text = shapes.render_tokens(sent, count)
-                sent += count
-                if anthropic:
-                    if count:
-                        yield shapes.anthropic_delta(text)
-                    if s.finished:
-                        if sent == 0:
-                            yield self._start_events()
-                        usage = shapes.anthropic_usage(s.prompt_tokens, sent, s.cached_tokens)
-                        stop = shapes.ANTHROPIC_STOP_REASONS.get(s.finish_reason or "", "end_turn")
-                        yield shapes.anthropic_stream_end(stop, usage)
-                        return
-                    continue
-                reason = (s.finish_reason or "length") if s.finished else None
-                yield self._openai_chunk(text, reason)
-                if s.finished:
-                    if self.include_usage:
-                        obj = (
-                            "chat.completion.chunk"
-                            if self.endpoint == "openai.chat"
-                            else "text_completion"
-                        )
-                        yield shapes.sse(
-                            shapes.usage_chunk(
-                                self.response_id, self.created, self.model, obj, self._usage()
-                            )
-                        )
-                    yield shapes.DONE
-                    return
-        except EngineDeadError:
-            if anthropic:
-                error = shapes.anthropic_error(shapes.ENGINE_DEAD_MESSAGE, "internal_error")
-                yield shapes.sse_event("error", error) + shapes.DONE
-            else:
-                error = shapes.openai_error(shapes.ENGINE_DEAD_MESSAGE, 500, "InternalServerError")
-                yield shapes.sse(error) + shapes.DONE
-
-    def _start_events(self) -> bytes:
-        if self.endpoint == "anthropic.messages":
-            s = self.stream
-            usage = shapes.anthropic_usage(s.prompt_tokens, 0, s.cached_tokens)
-            return shapes.anthropic_stream_start(self.response_id, self.model, usage)
-        if self.endpoint == "openai.chat":
-            delta = {"role": "assistant", "content": ""}
-            chunk = shapes.chat_chunk(self.response_id, self.created, self.model, delta, None)
-            return shapes.sse(self._with_usage(chunk))
-        return b""
-
-    def _openai_chunk(self, text: str, reason: str | None) -> bytes:
-        if self.endpoint == "openai.chat":
-            chunk = shapes.chat_chunk(
-                self.response_id, self.created, self.model, {"content": text}, reason
-            )
-        else:
-            chunk = shapes.completion_chunk(
-                self.response_id, self.created, self.model, text, reason
-            )
-        return shapes.sse(self._with_usage(chunk))
-
-    def _with_usage(self, chunk: dict[str, Any]) -> dict[str, Any]:
-        if self.continuous_usage:
-            chunk["usage"] = self._usage()
-        return chunk
 
 
 class _ApiKeyMiddleware:
