@@ -232,13 +232,18 @@ class SimApi:
                 raise BadRequest("The simulator serves n=1 only (one choice per request).")
             ids = self._prompt_ids(body, endpoint)
             max_tokens = self._max_tokens(body, len(ids))
-            min_tokens = int(body.get("min_tokens") or 0)
+            min_tokens = body.get("min_tokens") or 0
+            if not isinstance(min_tokens, int) or min_tokens < 0:
+                raise BadRequest(f"min_tokens must be a non-negative integer, got {min_tokens!r}.")
+            salt = body.get("cache_salt")
+            if salt is not None and not isinstance(salt, str):
+                raise BadRequest(f"cache_salt must be a string, got {salt!r}.")
             stream = self.runner.submit(
                 ids,
                 max_tokens=max_tokens,
                 min_tokens=min(min_tokens, max_tokens),
                 ignore_eos=bool(body.get("ignore_eos", False)),
-                cache_salt=body.get("cache_salt"),
+                cache_salt=salt,
                 received_wall_s=received_wall_s,
             )
         except BadRequest as exc:

@@ -96,6 +96,7 @@ def test_without_ignore_eos_some_requests_stop_early_at_or_after_min_tokens() ->
         ("/v1/chat/completions", _chat(max_tokens=10**9), 400,
          "'max_tokens' or 'max_completion_tokens' is too large"),
         ("/v1/chat/completions", {"messages": []}, 400, "messages must contain at least one item"),
+        ("/v1/chat/completions", _chat(min_tokens="many"), 400, "min_tokens must be"),
     ],
 )  # fmt: skip
 def test_bad_requests_get_vllms_error_shape(
