@@ -28,7 +28,13 @@ from autotune.sim.models import get_model
 from autotune.sim.prefix_cache import HostPrefixStore, PrefixCache, block_hashes
 from autotune.sim.timing import RooflineTimeModel, StepShape, StepTimeModel
 
+# Prefix-cache bookkeeping granularity: vLLM hashes every block, but a dense model's
+# 16-token blocks would cost thousands of Python dict operations per agent prompt, so
+# entries cover whole blocks of at least this many tokens (hits are rounded down to it;
+# hybrid models' attention blocks are larger, so they stay exact).
+CACHE_UNIT_MIN_TOKENS = 256
 MIN_NOISE_FACTOR = 0.05  # a noisy step never takes less than 5% of its modelled time
+MAX_RUN_STEPS = 4096  # longest decode run computed at once by decode_run()
 ACCEPTANCE_DECAY = 0.7  # per-position decay for draft positions beyond the catalog's list
 
 
@@ -70,6 +76,19 @@ class StepResult:
 
 
 @dataclass
+class DecodeRun:
+    """Several pure-decode steps run at once: every listed request got one token per step."""
+
+    start_s: float
+    step_end_s: np.ndarray  # clock at the end of each step
+    request_ids: list[str]
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.step_end_s)
+
+
+@dataclass
 class EngineCounters:
     """Cumulative counters and current gauges, as vLLM's /metrics exposes them."""
 
@@ -89,7 +108,7 @@ class EngineCounters:
     kv_cache_usage: float = 0.0  # 0..1
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # identity: the scheduler compares states by object
 class _Running:
     """Scheduler state of one request."""
 
@@ -100,8 +119,8 @@ class _Running:
     num_computed: int = 0  # tokens whose KV is in the cache
     num_output: int = 0
     num_cached: int | None = None  # hits at first scheduling
-    hashes: list[int] | None = None  # full prompt blocks
-    pinned: list[int] = field(default_factory=list)  # prefix-cache entries held
+    hashes: list[int] | None = None  # full prompt cache units
+    pinned: list[int] = field(default_factory=list)  # prefix-cache entries held (units)
     num_positions: int = 0  # attention block positions held (pinned ones included)
     holds_state: bool = False
 
@@ -110,7 +129,7 @@ class _Running:
         return self.num_prompt + self.num_output
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class _Scheduled:
     running: _Running
     num_new: int
@@ -144,6 +163,10 @@ class SimEngineCore:
         self._noise = noise
         self._block_size = self.memory.block_size
         self._groups = self.memory.num_attention_groups
+        # Cache entries span whole blocks, at least CACHE_UNIT_MIN_TOKENS (see the constant).
+        self._unit_positions = max(1, math.ceil(CACHE_UNIT_MIN_TOKENS / self._block_size))
+        self._unit_tokens = self._unit_positions * self._block_size
+        self._entry_blocks = self._unit_positions * self._groups
         self._state_blocks = self.memory.state_blocks_per_request
         self._total_blocks = max(self.memory.num_gpu_blocks - 1, 0)  # one null block
         self._private_blocks = 0
@@ -207,13 +230,13 @@ class SimEngineCore:
 
     # ------------------------------------------------------------------- blocks
     def _used_blocks(self) -> int:
-        return self._private_blocks + len(self._cache) * self._groups
+        return self._private_blocks + len(self._cache) * self._entry_blocks
 
     def _allocate(self, num_blocks: int) -> bool:
         """Take ``num_blocks`` from the pool, evicting cached blocks if needed."""
         free = self._total_blocks - self._used_blocks()
         if free < num_blocks:
-            shortfall = math.ceil((num_blocks - free) / self._groups)
+            shortfall = math.ceil((num_blocks - free) / self._entry_blocks)
             if self._cache.num_evictable < shortfall:
                 return False
             self._cache.evict(shortfall)
@@ -221,15 +244,14 @@ class SimEngineCore:
         return True
 
     def _free(self, state: _Running) -> None:
-        private = (state.num_positions - len(state.pinned)) * self._groups
+        private = (state.num_positions - len(state.pinned) * self._unit_positions) * self._groups
         if state.holds_state:
             private += self._state_blocks
         self._private_blocks -= private
         if state.pinned:
             self._cache.release(state.pinned)
         if self._host is not None and state.hashes:
-            computed_blocks = state.num_computed // self._block_size
-            self._host.store(state.hashes[:computed_blocks])
+            self._host.store(state.hashes[: state.num_computed // self._unit_tokens])
         state.pinned = []
         state.num_positions = 0
         state.holds_state = False
@@ -248,13 +270,14 @@ class SimEngineCore:
 
     def _cache_full_blocks(self, state: _Running) -> None:
         """Turn the request's newly filled prompt blocks into cache entries."""
-        if not self._caching or state.hashes is None:
+        hashes = state.hashes
+        if not self._caching or hashes is None or len(state.pinned) == len(hashes):
             return
-        filled = min(state.num_computed // self._block_size, len(state.hashes))
+        filled = min(state.num_computed // self._unit_tokens, len(state.hashes))
         for index in range(len(state.pinned), filled):
             self._cache.insert(state.hashes[index])
             state.pinned.append(state.hashes[index])
-            self._private_blocks -= self._groups  # now counted as a cache entry
+            self._private_blocks -= self._entry_blocks  # now counted as a cache entry
 
     def _preempt(self, state: _Running) -> None:
         self._running.remove(state)
@@ -280,27 +303,27 @@ class SimEngineCore:
         """Prefix lookup for a waiting request; returns the tokens it need not compute."""
         if state.hashes is None and (self._caching or self._host is not None):
             state.hashes = block_hashes(
-                state.token_ids, self._block_size, salt=state.request.cache_salt
+                state.token_ids, self._unit_tokens, salt=state.request.cache_salt
             )
         hashes = state.hashes or []
         # At least one prompt token is always computed.
-        max_hit = (state.num_known - 1) // self._block_size
+        max_hit = (state.num_known - 1) // self._unit_tokens
         candidates = hashes[: min(max_hit, len(hashes))]
         local = self._cache.match(candidates) if self._caching else 0
         counters = self.counters
         if self._caching:
             counters.prefix_cache_queries += state.num_prompt
-            counters.prefix_cache_hits += local * self._block_size
+            counters.prefix_cache_hits += local * self._unit_tokens
         external = 0
         if self._host is not None:
             external = self._host.match(candidates, local)
-            counters.external_prefix_cache_queries += state.num_prompt - local * self._block_size
-            counters.external_prefix_cache_hits += external * self._block_size
+            counters.external_prefix_cache_queries += state.num_prompt - local * self._unit_tokens
+            counters.external_prefix_cache_hits += external * self._unit_tokens
         if local:
             self._cache.acquire(candidates[:local])
             state.pinned = list(candidates[:local])
-            state.num_positions = local
-        hit_tokens = (local + external) * self._block_size
+            state.num_positions = local * self._unit_positions
+        hit_tokens = (local + external) * self._unit_tokens
         if state.num_cached is None:
             state.num_cached = hit_tokens
         return hit_tokens
@@ -323,13 +346,18 @@ class SimEngineCore:
             num_new = min(remaining + drafts, budget)
             if num_new < remaining + drafts:
                 drafts = max(0, num_new - remaining)
-            while not self._grow(state, state.num_computed + num_new):
+            fits = state.holds_state and (
+                state.num_computed + num_new <= state.num_positions * self._block_size
+            )
+            lost = False
+            while not fits and not self._grow(state, state.num_computed + num_new):
                 victim = self._running[-1]
                 self._preempt(victim)
                 preempted = True
                 if victim is state:
+                    lost = True
                     break
-            if state not in self._running:
+            if lost:
                 break
             scheduled.append(_Scheduled(state, num_new, drafts))
             budget -= num_new
@@ -342,7 +370,7 @@ class SimEngineCore:
         ):
             state = self._waiting[0]
             hit_tokens = self._first_schedule(state)
-            external = hit_tokens - len(state.pinned) * self._block_size
+            external = hit_tokens - len(state.pinned) * self._unit_tokens
             computed = hit_tokens
             num_new = min(state.num_known - computed, budget)
             state.num_computed = computed
@@ -459,10 +487,103 @@ class SimEngineCore:
             num_cached_tokens=state.num_cached or 0,
         )
 
+    # --------------------------------------------------------------- fast path
+    def decode_run(self, until_s: float, *, max_steps: int = MAX_RUN_STEPS) -> DecodeRun | None:
+        """Run the coming steps at once while they are plain decode steps.
+
+        A plain decode step: every running request decodes one token, none
+        finishes, no request waits for admission, no draft tokens, no new block
+        needs an eviction. Steps start before ``until_s`` (the caller's next
+        event). Returns None when the next step is not plain: call ``step()``.
+        The predictor's fast path; the result equals as many ``step()`` calls.
+        """
+        running = self._running
+        if self._dead is not None or self._num_spec or not running:
+            return None
+        if self._waiting and len(running) < self.memory.max_num_seqs:
+            return None
+        if self.clock_s >= until_s:
+            return None
+        steps = max_steps
+        for state in running:
+            if state.num_known - state.num_computed != 1:
+                return None
+            steps = min(steps, state.max_tokens - state.num_output - 1)
+        num_seqs = len(running)
+        memory = self.memory
+        transient = (
+            memory.transient_prefill_bytes_per_token * num_seqs
+            + memory.transient_bytes_per_seq * num_seqs
+        )
+        if steps < 2 or transient > memory.headroom_bytes:
+            return None
+        computed = np.fromiter((s.num_computed for s in running), np.int64, num_seqs)
+        positions = np.fromiter((s.num_positions for s in running), np.int64, num_seqs)
+        steps = self._steps_without_eviction(computed, positions, steps)
+        if steps < 2:
+            return None
+        context = int(computed.sum())
+        ends: list[float] = []
+        clock_s = self.clock_s
+        for index in range(steps):
+            if clock_s >= until_s:
+                break
+            shape = StepShape(
+                num_seqs=num_seqs,
+                num_prefill_tokens=0,
+                num_decode_tokens=num_seqs,
+                context_tokens=context + index * num_seqs,
+                attention_pairs=context + index * num_seqs + num_seqs / 2,
+            )
+            duration_s = self._time_model.step_time_s(shape)
+            if self._noise > 0:
+                duration_s *= max(MIN_NOISE_FACTOR, 1.0 + self._noise * self._rng.gauss(0.0, 1.0))
+            clock_s += duration_s
+            ends.append(clock_s)
+        taken = len(ends)
+        if taken == 0:
+            return None
+        new_positions = -(-(computed + taken) // self._block_size)
+        self._private_blocks += int((new_positions - positions).clip(min=0).sum()) * self._groups
+        for state, position in zip(running, new_positions.tolist(), strict=True):
+            state.num_computed += taken
+            state.num_output += taken
+            state.num_positions = max(state.num_positions, position)
+        self.counters.generation_tokens += taken * num_seqs
+        start_s = self.clock_s
+        self.clock_s = clock_s
+        self._update_gauges()
+        return DecodeRun(
+            start_s=start_s,
+            step_end_s=np.array(ends),
+            request_ids=[state.request.request_id for state in running],
+        )
+
+    def _steps_without_eviction(
+        self, computed: np.ndarray, positions: np.ndarray, steps: int
+    ) -> int:
+        """The most decode steps (<= ``steps``) whose new blocks fit in the free pool."""
+        free = self._total_blocks - self._used_blocks()
+
+        def needed(count: int) -> int:
+            grown = -(-(computed + count) // self._block_size) - positions
+            return int(grown.clip(min=0).sum()) * self._groups
+
+        if needed(steps) <= free:
+            return steps
+        low, high = 0, steps  # needed(low) fits, needed(high) does not
+        while high - low > 1:
+            middle = (low + high) // 2
+            if needed(middle) <= free:
+                low = middle
+            else:
+                high = middle
+        return low
+
     def _update_gauges(self) -> None:
         counters = self.counters
         counters.num_running = len(self._running)
         counters.num_waiting = len(self._waiting)
         if self._total_blocks:
-            in_use = self._used_blocks() - self._cache.num_evictable * self._groups
+            in_use = self._used_blocks() - self._cache.num_evictable * self._entry_blocks
             counters.kv_cache_usage = in_use / self._total_blocks

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections.abc import Callable
 
+import numpy as np
 from pydantic import BaseModel
 
 from autotune.engines.base import Failure, FailureClass, StartupReport
@@ -24,7 +26,13 @@ from autotune.replay.records import ReplayStats, RequestError, RequestRecord
 from autotune.replay.stats import ItlHistogram, compute_stats
 from autotune.server_stats import ServerStats
 from autotune.sim.config import SimConfig
-from autotune.sim.engine import EngineCounters, SimEngineCore, SimRequest, StepResult
+from autotune.sim.engine import (
+    DecodeRun,
+    EngineCounters,
+    SimEngineCore,
+    SimRequest,
+    StepResult,
+)
 from autotune.sim.memory import MemoryReport
 from autotune.sim.prompt import PromptRenderer
 from autotune.sim.units import GIB
@@ -72,7 +80,17 @@ def _rising_without_bound(history: list[int]) -> bool:
 class _Flight:
     """One request in flight: what the client would have measured so far."""
 
-    __slots__ = ("chunks", "first_s", "gaps", "last_s", "planned", "record_id", "send_s", "tokens")
+    __slots__ = (
+        "chunks",
+        "first_s",
+        "gap_runs",
+        "gaps",
+        "last_s",
+        "planned",
+        "record_id",
+        "send_s",
+        "tokens",
+    )
 
     def __init__(self, planned: PlannedRequest, record_id: str, send_s: float) -> None:
         self.planned = planned
@@ -83,16 +101,22 @@ class _Flight:
         self.tokens = 0
         self.chunks = 0
         self.gaps: list[float] = []
+        self.gap_runs: list[np.ndarray] = []  # gaps of whole decode runs
+
+    def all_gaps(self) -> np.ndarray:
+        return np.concatenate([np.asarray(self.gaps, dtype=np.float64), *self.gap_runs])
 
 
 class _Replay:
     """Virtual-time replay state; the load modes only decide when to send."""
 
-    def __init__(self, engine: SimEngineCore, plan: WorkloadPlan, load: LoadSpec) -> None:
+    def __init__(
+        self, engine: SimEngineCore, plan: WorkloadPlan, load: LoadSpec, renderer: PromptRenderer
+    ) -> None:
         self.engine = engine
         self.plan = plan
         self.load = load
-        self.renderer = PromptRenderer()
+        self.renderer = renderer
         self.records: list[RequestRecord] = []
         self.itl = ItlHistogram()
         self.sent = 0
@@ -150,7 +174,7 @@ class _Replay:
         self.sent += 1
         if self.load.max_requests is not None and self.sent >= self.load.max_requests:
             self.closed = True
-        token_ids = self.renderer.render(planned.system, planned.messages, planned.endpoint)
+        token_ids = self.renderer.render_array(planned.system, planned.messages, planned.endpoint)
         engine_id = f"{record_id}@{next(self._ids)}"
         flight = _Flight(planned, record_id, now_s)
         if planned.exact_output:
@@ -188,8 +212,9 @@ class _Replay:
     ) -> None:
         self.completed += 1
         in_window = self.completed > self.load.warmup_requests
+        gaps = flight.all_gaps()
         if in_window:
-            self.itl.add_many(flight.gaps)
+            self.itl.add_many(gaps)
             self.window_end_s = end_s
         else:
             self.window_start_s = end_s
@@ -206,8 +231,8 @@ class _Replay:
                 prompt_tokens=prompt_tokens,
                 cached_tokens=cached_tokens,
                 chunks=flight.chunks,
-                itl_mean_s=sum(flight.gaps) / len(flight.gaps) if flight.gaps else None,
-                itl_max_s=max(flight.gaps) if flight.gaps else None,
+                itl_mean_s=float(gaps.mean()) if len(gaps) else None,
+                itl_max_s=float(gaps.max()) if len(gaps) else None,
                 finish_reason="length" if ok else None,
                 error=error,
                 http_status=400 if error is RequestError.HTTP_4XX else (None if ok else 200),
@@ -241,6 +266,28 @@ class _Replay:
                     output.num_cached_tokens,
                 )
                 self._on_done.pop(output.request_id)(end_s)
+
+    def _deliver_run(self, run: DecodeRun) -> None:
+        ends = run.step_end_s
+        later_gaps = np.diff(ends)  # shared by every request of the run
+        first_end_s, last_end_s = float(ends[0]), float(ends[-1])
+        for request_id in run.request_ids:
+            flight = self._flights.get(request_id)
+            if flight is None:
+                continue
+            flight.gaps.append(first_end_s - flight.last_s)
+            flight.gap_runs.append(later_gaps)
+            flight.last_s = last_end_s
+            flight.tokens += run.num_steps
+            flight.chunks += run.num_steps
+
+    def _next_event_s(self) -> float:
+        candidates = [math.inf]
+        if self._events:
+            candidates.append(self._events[0][0])
+        if self._deadlines:
+            candidates.append(self._deadlines[0][0])
+        return min(candidates)
 
     def _expire(self, now_s: float) -> None:
         while self._deadlines and self._deadlines[0][0] <= now_s:
@@ -282,15 +329,19 @@ class _Replay:
                     break
                 engine.advance_to(self._events[0][0])
                 continue
-            result = engine.step()
-            if result.oom is not None:
-                return result.oom
-            if result.duration_s == 0 and not result.outputs:
-                if not self._events:
-                    break  # nothing can ever run (cannot happen once memory fits)
-                engine.advance_to(self._events[0][0])
-                continue
-            self._deliver(result)
+            run = engine.decode_run(self._next_event_s())
+            if run is not None:
+                self._deliver_run(run)
+            else:
+                result = engine.step()
+                if result.oom is not None:
+                    return result.oom
+                if result.duration_s == 0 and not result.outputs:
+                    if not self._events:
+                        break  # nothing can ever run (cannot happen once memory fits)
+                    engine.advance_to(self._events[0][0])
+                    continue
+                self._deliver(result)
             self._expire(engine.clock_s)
             counters = engine.counters
             self.peak_running = max(self.peak_running, counters.num_running)
@@ -470,10 +521,13 @@ def predict(
     slo: RequestSlo | None = None,
     seed: int = 0,
     noise: float = 0.0,
+    renderer: PromptRenderer | None = None,
 ) -> Prediction:
     """Predict what replaying ``plan`` under ``load`` against ``config`` would measure.
 
-    Raises InputError for a configuration the simulated vLLM rejects outright.
+    ``renderer``: reuse one across predictions of the same plan (a sweep) so its
+    prompts are tokenized once. Raises InputError for a configuration the
+    simulated vLLM rejects outright.
     """
     engine = SimEngineCore(config, seed=seed, noise=noise)
     memory = engine.memory
@@ -491,7 +545,7 @@ def predict(
             startup=None,
             failure=failure,
         )
-    replay = _Replay(engine, plan, load)
+    replay = _Replay(engine, plan, load, renderer or PromptRenderer())
     _MODES[load.mode](replay)
     oom = replay.run()
     if oom is not None:

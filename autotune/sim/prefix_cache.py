@@ -9,27 +9,49 @@ memory) until the least recently used is evicted to make room.
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 from collections.abc import Sequence
 
 import numpy as np
 
+# Polynomial prefix hashing in wrapping uint64 arithmetic: a block's content hash is
+# sum(token * Q**t); the hash of the prefix ending at block k is sum(h_j * P**(k-j)),
+# computed for every k at once with modular inverse powers (P is odd, so invertible).
+_Q = np.uint64(0x9E3779B97F4A7C15)
+_P = np.uint64(0xC2B2AE3D27D4EB4F)
+_P_INVERSE = np.uint64(pow(int(_P), -1, 1 << 64))
 
-def block_hashes(
-    token_ids: np.ndarray, block_size: int, *, salt: str | None = None, limit: int | None = None
-) -> list[int]:
-    """Chained hashes of every full block of ``token_ids`` (at most ``limit`` blocks)."""
+
+def _powers(base: np.uint64, count: int) -> np.ndarray:
+    """[1, base, base**2, ...] (count values), wrapping at 2**64."""
+    powers = np.full(count, base, dtype=np.uint64)
+    powers[0] = 1
+    with np.errstate(over="ignore"):
+        return np.cumprod(powers, dtype=np.uint64)
+
+
+def _salt_hash(salt: str | None) -> int:
+    if salt is None:
+        return 0
+    return int.from_bytes(hashlib.blake2b(salt.encode(), digest_size=8).digest(), "little")
+
+
+def block_hashes(token_ids: np.ndarray, block_size: int, *, salt: str | None = None) -> list[int]:
+    """Chained hashes of every full block of ``token_ids``: hash k covers blocks 0..k.
+
+    ``salt`` enters the first block only, so different salts share nothing.
+    """
     num_blocks = len(token_ids) // block_size
-    if limit is not None:
-        num_blocks = min(num_blocks, limit)
-    data = token_ids.tobytes()
-    width = block_size * token_ids.itemsize
-    previous: object = ("salt", salt)
-    hashes: list[int] = []
-    for index in range(num_blocks):
-        previous = hash((previous, data[index * width : (index + 1) * width]))
-        hashes.append(previous)  # type: ignore[arg-type]  # an int from here on
-    return hashes
+    if num_blocks == 0:
+        return []
+    with np.errstate(over="ignore"):
+        blocks = token_ids[: num_blocks * block_size].astype(np.uint64).reshape(num_blocks, -1)
+        content = (blocks * _powers(_Q, block_size)).sum(axis=1, dtype=np.uint64)
+        content[0] += np.uint64(_salt_hash(salt))
+        weighted = np.cumsum(content * _powers(_P_INVERSE, num_blocks), dtype=np.uint64)
+        chained = weighted * _powers(_P, num_blocks)
+    return chained.tolist()
 
 
 class PrefixCache:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+import numpy as np
+
 from autotune.replay.payloads import render_prompt
 from autotune.workload.plan import Endpoint, Message
 from autotune.workload.tokenizer import WordTokenizer
@@ -34,39 +36,48 @@ class PromptRenderer:
 
     def __init__(self, tokenizer: WordTokenizer | None = None) -> None:
         self._tokenizer = tokenizer or WordTokenizer()
-        self._message_ids: dict[tuple[str, str], list[int]] = {}
+        self._word_ids: dict[str, int] = {}
+        self._message_ids: dict[tuple[str, str], np.ndarray] = {}
 
     def text_ids(self, text: str) -> list[int]:
         """Token ids of plain text (a completions prompt)."""
-        return self._tokenizer.encode(text)
+        return self.text_array(text).tolist()
 
-    def message_ids(self, role: str, text: str) -> list[int]:
+    def text_array(self, text: str) -> np.ndarray:
+        """``text_ids`` as an int64 array (WordTokenizer's numbering, cached per word)."""
+        words = text.split()
+        known = self._word_ids
+        ids = list(map(known.get, words))
+        for index, token_id in enumerate(ids):
+            if token_id is None:
+                word = words[index]
+                ids[index] = known[word] = self._tokenizer.encode(word)[0]
+        return np.fromiter(ids, dtype=np.int64, count=len(ids))
+
+    def message_ids(self, role: str, text: str) -> np.ndarray:
         """The ids one chat message contributes, template tokens included."""
         key = (role, text)
         ids = self._message_ids.get(key)
         if ids is None:
-            ids = [IM_START_ID, _ROLE_IDS.get(role, _OTHER_ROLE_ID)]
-            ids += self._tokenizer.encode(text)
-            ids.append(IM_END_ID)
+            head = np.array([IM_START_ID, _ROLE_IDS.get(role, _OTHER_ROLE_ID)], dtype=np.int64)
+            tail = np.array([IM_END_ID], dtype=np.int64)
+            ids = np.concatenate([head, self.text_array(text), tail])
             self._message_ids[key] = ids
         return ids
 
-    def chat_ids(self, system: str | None, messages: Iterable[tuple[str, str]]) -> list[int]:
+    def chat_ids(self, system: str | None, messages: Iterable[tuple[str, str]]) -> np.ndarray:
         """Ids of a chat prompt: system (if any), each (role, text), generation prompt."""
-        out: list[int] = []
-        if system:
-            out += self.message_ids("system", system)
-        for role, text in messages:
-            out += self.message_ids(role, text)
-        out += GENERATION_PROMPT
-        return out
+        parts = [self.message_ids("system", system)] if system else []
+        parts += [self.message_ids(role, text) for role, text in messages]
+        parts.append(np.array(GENERATION_PROMPT, dtype=np.int64))
+        return np.concatenate(parts)
 
-    def render(
+    def render_array(
         self, system: str | None, messages: Sequence[Message], endpoint: Endpoint
-    ) -> list[int]:
+    ) -> np.ndarray:
         """Prompt ids of a planned request, exactly as the simulated server computes them."""
         if endpoint == "openai.completions":
-            return self.text_ids(render_prompt(system, tuple(messages)))
+            return self.text_array(render_prompt(system, tuple(messages)))
         if endpoint == "anthropic.messages":
             # The Anthropic face folds system turns into the system text.
             parts = [system] if system else []
@@ -74,6 +85,12 @@ class PromptRenderer:
             turns = [(m.role, m.text) for m in messages if m.role != "system"]
             return self.chat_ids("\n\n".join(parts) or None, turns)
         return self.chat_ids(system, ((m.role, m.text) for m in messages))
+
+    def render(
+        self, system: str | None, messages: Sequence[Message], endpoint: Endpoint
+    ) -> list[int]:
+        """``render_array`` as a list of ints."""
+        return self.render_array(system, messages, endpoint).tolist()
 
 
 def render_prompt_token_ids(

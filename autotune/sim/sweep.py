@@ -15,6 +15,7 @@ from autotune.errors import InputError
 from autotune.replay.load import LoadSpec
 from autotune.sim.config import SimConfig
 from autotune.sim.predict import predict
+from autotune.sim.prompt import PromptRenderer
 from autotune.sim.units import GIB
 from autotune.workload.expand import expand
 from autotune.workload.gen import fixed
@@ -82,9 +83,10 @@ def closed_loop_sweep(
             )
         )
         load = LoadSpec(mode="concurrency", concurrency=concurrency, saturation_stop=False)
+        renderer = PromptRenderer()
         for mtp in mtps:
             config = base.model_copy(update={"num_speculative_tokens": mtp})
-            prediction = predict(config, plan, load, seed=seed)
+            prediction = predict(config, plan, load, seed=seed, renderer=renderer)
             stats, server = prediction.stats, prediction.server_stats
             ran = prediction.failure is None
             rows.append(

@@ -6,7 +6,7 @@ import pytest
 
 from autotune.errors import InputError
 from autotune.sim.config import SimConfig
-from autotune.sim.engine import SimEngineCore, SimRequest, StepResult
+from autotune.sim.engine import CACHE_UNIT_MIN_TOKENS, SimEngineCore, SimRequest, StepResult
 from autotune.sim.prefix_cache import PrefixCache
 from autotune.sim.units import GIB
 
@@ -114,7 +114,8 @@ def test_prefix_cache_hits_whole_blocks_and_honours_salt() -> None:
     engine.add_request(SimRequest("b", [*shared, 7, 8, 9], 5))
     engine.add_request(SimRequest("c", [*shared, 7, 8, 9], 5, cache_salt="other-user"))
     cached = {o.request_id: o.num_cached_tokens for r in run(engine) for o in r.outputs}
-    assert cached["b"] == (1000 // 16) * 16
+    unit = CACHE_UNIT_MIN_TOKENS  # a multiple of the 16-token block
+    assert cached["b"] == (1000 // unit) * unit
     assert cached["c"] == 0
     assert engine.counters.prefix_cache_hits == cached["b"]
     assert engine.counters.prefix_cache_queries == 1000 + 2 * 1003
