@@ -31,16 +31,6 @@ class FaultConfig(BaseModel):
     cut_stream_rate: float = Field(default=0.0, ge=0.0, le=1.0)
     slow_first_token_s: float = Field(default=0.0, ge=0.0)  # modelled seconds
 
-    @property
-    def any(self) -> bool:
-        return (
-            self.crash_after_requests is not None
-            or self.hang_at_startup
-            or self.error_5xx_rate > 0
-            or self.cut_stream_rate > 0
-            or self.slow_first_token_s > 0
-        )
-
 
 class FaultInjector:
     """Decides, request by request, which fault (if any) strikes. Seeded, per server."""
@@ -62,13 +52,12 @@ class FaultInjector:
             return None
         return self._rng.randint(0, max(0, max_tokens - 1))
 
-    def request_finished(self) -> bool:
-        """Count one finished request; True when the engine must now crash."""
+    def request_finished(self) -> None:
+        """Count one finished request (see ``crash_due``)."""
         self._finished_requests += 1
-        limit = self.config.crash_after_requests
-        return limit is not None and self._finished_requests >= limit
 
     @property
     def crash_due(self) -> bool:
+        """Whether --fault-crash-after-requests has been reached: the engine must die."""
         limit = self.config.crash_after_requests
         return limit is not None and self._finished_requests >= limit

@@ -99,15 +99,10 @@ class EngineRunner:
         self._ids = itertools.count()
         self._eos_rng = random.Random(f"eos-{seed}")
         self.dead_reason: str | None = None
-        self.steps = 0
 
     @property
     def dead(self) -> bool:
         return self.dead_reason is not None
-
-    @property
-    def num_streams(self) -> int:
-        return len(self._streams)
 
     def virtual_now(self) -> float:
         """The modelled time that corresponds to now."""
@@ -189,7 +184,6 @@ class EngineRunner:
                 await self._wake.wait()
                 continue
             result = self.core.step()
-            self.steps += 1
             self.metrics.observe_iteration(result.num_prefill_tokens + result.num_decode_tokens)
             end_s = result.start_s + result.duration_s
             delay = (end_s - self._offset) / self.time_scale - self._wall()
