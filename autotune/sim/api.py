@@ -98,6 +98,8 @@ class SimApi:
             Route("/v1/messages", self.messages, methods=["POST"]),
             Route("/v1/messages/count_tokens", self.count_tokens, methods=["POST"]),
         ]
+        if self.args.dev_mode:
+            routes.append(Route("/reset_prefix_cache", self.reset_prefix_cache, methods=["POST"]))
         app = Starlette(routes=routes, lifespan=self._lifespan)
         app.add_middleware(_ApiKeyMiddleware, keys=self.args.api_keys)  # type: ignore[arg-type]
         return app
@@ -114,6 +116,11 @@ class SimApi:
 
     async def version(self, request: Request) -> Response:
         return JSONResponse({"version": self.args.vllm_version})
+
+    async def reset_prefix_cache(self, request: Request) -> Response:
+        """vLLM's dev-mode cache reset (its benchmarks call it between runs)."""
+        self.runner.core.reset_prefix_cache()
+        return Response(status_code=200)
 
     async def load(self, request: Request) -> Response:
         return JSONResponse({"server_load": 0})

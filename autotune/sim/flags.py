@@ -95,6 +95,7 @@ class ServeArgs(BaseModel):
     noise: float = 0.0
     faults: FaultConfig = FaultConfig()
     disable_log_stats: bool = False
+    dev_mode: bool = False  # VLLM_SERVER_DEV_MODE=1: /reset_prefix_cache and friends
     startup_s: float | None = None  # modelled startup time; None: from the model
     vllm_version: str = EMULATED_VLLM_VERSION
     non_default_args: dict[str, Any] = {}  # as vLLM logs them ("non-default args: {...}")
@@ -334,6 +335,7 @@ def parse_serve_args(argv: list[str], *, environ: dict[str, str] | None = None) 
         noise=ns.noise,
         faults=faults,
         disable_log_stats=ns.disable_log_stats,
+        dev_mode=env.get("VLLM_SERVER_DEV_MODE") == "1",
         startup_s=ns.startup_s,
         vllm_version=ns.emulate_vllm_version,
         non_default_args=_non_default_args(parser, ns, model),

@@ -236,3 +236,22 @@ def test_lmcache_reports_external_prefix_cache_metrics() -> None:
         x for x in metrics.splitlines() if x.startswith("vllm:external_prefix_cache_queries_total")
     )
     assert float(queries.split()[-1]) > 0
+
+
+def test_dev_mode_prefix_cache_reset(monkeypatch: pytest.MonkeyPatch) -> None:
+    words = " ".join(f"w{i}" for i in range(400))
+    body = {"messages": [{"role": "user", "content": words}], "max_tokens": 1}
+
+    async def scenario(client: httpx.AsyncClient, api: Any) -> list[int]:
+        cached = []
+        for reset in (False, True):
+            await client.post("/v1/chat/completions", json=body)
+            if reset:
+                assert (await client.post("/reset_prefix_cache")).status_code == 200
+            data = (await client.post("/v1/chat/completions", json=body)).json()
+            cached.append(data["usage"]["prompt_tokens_details"]["cached_tokens"])
+        return cached
+
+    monkeypatch.setenv("VLLM_SERVER_DEV_MODE", "1")
+    cached, _ = _run(["--time-scale", "1000", "--enable-prefix-caching"], scenario)
+    assert cached[0] > 0 and cached[1] == 0
