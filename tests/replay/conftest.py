@@ -40,7 +40,7 @@ def wait_ready(url: str, process: subprocess.Popen[bytes], timeout_s: float = 20
 def _stub_factory() -> Iterator[StubFactory]:
     processes: list[subprocess.Popen[bytes]] = []
 
-    def start(**options: float) -> str:
+    def start(**options: float | str) -> str:
         port = free_port()
         argv = [sys.executable, "-m", "tests.replay.stub_server", "--port", str(port)]
         for name, value in options.items():

@@ -1,6 +1,7 @@
 """A small vLLM look-alike for replay tests: fixed TTFT and inter-token delay, real SSE, /metrics.
 
-Run: ``python -m tests.replay.stub_server --port P [--ttft-s S] [--itl-s S] [--max-running N]``.
+Run: ``python -m tests.replay.stub_server --port P [--ttft-s S] [--itl-s S] [--max-running N]
+[--api-key K]`` (OpenAI endpoints then answer 401 without ``Authorization: Bearer K``).
 Requests beyond ``--max-running`` wait (``vllm:num_requests_waiting``), as vLLM queues them.
 """
 
@@ -21,7 +22,9 @@ from starlette.routing import Route
 MODEL = "stub-model"
 
 
-def build_app(*, ttft_s: float, itl_s: float, max_running: int) -> Starlette:
+def build_app(
+    *, ttft_s: float, itl_s: float, max_running: int, api_key: str | None = None
+) -> Starlette:
     registry = CollectorRegistry()
     labels = {"model_name": MODEL, "engine": "0"}
     generation = Counter("vllm:generation_tokens", "", list(labels), registry=registry)
@@ -49,7 +52,14 @@ def build_app(*, ttft_s: float, itl_s: float, max_running: int) -> Starlette:
     def sse(data: object) -> bytes:
         return f"data: {json.dumps(data)}\n\n".encode()
 
+    def refused(request: Request) -> Response | None:
+        if api_key is None or request.headers.get("authorization") == f"Bearer {api_key}":
+            return None
+        return JSONResponse({"error": "Unauthorized"}, status_code=401)
+
     async def openai(request: Request) -> Response:
+        if (refusal := refused(request)) is not None:
+            return refusal
         body = await request.json()
         n = int(body["max_tokens"])
         text = body.get("prompt") or " ".join(m["content"] for m in body["messages"])
@@ -111,8 +121,11 @@ def main() -> None:
     parser.add_argument("--ttft-s", type=float, default=0.02)
     parser.add_argument("--itl-s", type=float, default=0.002)
     parser.add_argument("--max-running", type=int, default=1000)
+    parser.add_argument("--api-key", default=None)
     args = parser.parse_args()
-    app = build_app(ttft_s=args.ttft_s, itl_s=args.itl_s, max_running=args.max_running)
+    app = build_app(
+        ttft_s=args.ttft_s, itl_s=args.itl_s, max_running=args.max_running, api_key=args.api_key
+    )
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
 
 
