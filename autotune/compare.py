@@ -119,6 +119,9 @@ def compare_rows(
     """One measured row per study: its best feasible trial."""
     rows = []
     for loaded in studies:
+        if not loaded.feasible_measured():
+            rows.append(_no_result_row(loaded))
+            continue
         best = loaded.best()
         rows.append(
             ComparisonRow(
@@ -138,6 +141,24 @@ def compare_rows(
             )
         )
     return rows
+
+
+def _no_result_row(loaded: LoadedStudy) -> ComparisonRow:
+    return ComparisonRow(
+        study=loaded.name,
+        label=loaded.name,
+        gpu=loaded.info.gpu_name,
+        engine_version=loaded.info.engine_version,
+        model=loaded.info.model,
+        trial=None,
+        best_config="(no feasible trial yet)",
+        output_throughput_tok_s=None,
+        ttft_p95_s=None,
+        tpot_p95_s=None,
+        kv_cache_tokens=None,
+        concurrency_reached=None,
+        source=f"measured: {len(loaded.trials)} trials, none feasible",
+    )
 
 
 def catalog_gpu(loaded: LoadedStudy) -> str:

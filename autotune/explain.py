@@ -22,6 +22,8 @@ from autotune.study_reader import OOM_OUTCOMES, LoadedStudy, TrialRow
 GIB = 1 << 30
 UNIMPORTANT_SHARE = 0.05  # a parameter with under 5% of the importance "did not matter"
 LOW_CONCURRENCY_REQUESTS = 8  # the field notes' split for where MTP pays off
+# Our own failures (autotune's, not the server's) say nothing about memory.
+NOT_RUN = frozenset({None, "error", "interrupted"})
 
 
 class Section(BaseModel):
@@ -283,10 +285,12 @@ GROUPINGS: dict[str, Callable[[TrialRow], str]] = {
 
 def oom_sentences(loaded: LoadedStudy) -> list[str]:
     """Where OOM began along each numeric flag, split by MTP or dtype when that separates it."""
-    rows = [r for r in loaded.trials if r.config is not None and r.outcome is not None]
+    rows = [r for r in loaded.trials if r.config is not None and r.outcome not in NOT_RUN]
     ooms = [r for r in rows if r.is_oom]
+    if not rows:
+        return ["No configuration has reached the engine or the memory model yet."]
     if not ooms:
-        return [f"No trial ran out of memory in {len(rows)} trials."]
+        return [f"None of the {len(rows)} configurations tried ran out of memory."]
     numbers = ", ".join(str(r.number) for r in ooms)
     if len(ooms) == len(rows):
         return [f"Every trial ran out of memory ({numbers}); none fitted to bracket the boundary."]

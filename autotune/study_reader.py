@@ -317,10 +317,30 @@ def load_study(storage_url: str, study_name: str | None = None) -> LoadedStudy:
     return LoadedStudy(study, storage_url)
 
 
-def dashboard_argv(storage_url: str, *, artifact_dir: Path) -> list[str]:
+def default_artifact_dir(storage_url: str) -> Path:
+    """Where ``autotune run`` puts artifacts: beside a SQLite file, else studies/artifacts."""
+    url = make_url(storage_url)
+    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        return Path(url.database).parent / "artifacts"
+    return Path("studies/artifacts")
+
+
+def dashboard_argv(
+    storage_url: str, *, artifact_dir: Path | None = None, host: str = "127.0.0.1", port: int = 8080
+) -> list[str]:
     """The optuna-dashboard command for this storage. Raises ``InputError`` if not installed."""
     _check_sqlite_exists(storage_url)
     executable = shutil.which("optuna-dashboard")
     if executable is None:
         raise InputError("optuna-dashboard is not installed: pip install optuna-dashboard")
-    return [executable, storage_url, "--artifact-dir", str(artifact_dir)]
+    artifacts = artifact_dir or default_artifact_dir(storage_url)
+    return [
+        executable,
+        storage_url,
+        "--artifact-dir",
+        str(artifacts),
+        "--host",
+        host,
+        "--port",
+        str(port),
+    ]

@@ -123,19 +123,24 @@ def compare(
 def dashboard(
     storage: StorageOption = DEFAULT_STORAGE,
     artifact_dir: Annotated[
-        Path, typer.Option("--artifact-dir", help="Where trial artifacts (logs, CSVs) live.")
-    ] = Path("studies/artifacts"),
+        Path | None,
+        typer.Option(
+            "--artifact-dir",
+            help="Where trial artifacts (logs, CSVs) live (default: beside the SQLite file).",
+        ),
+    ] = None,
+    port: Annotated[int, typer.Option("--port", help="Port on 127.0.0.1.")] = 8080,
     print_only: Annotated[
         bool, typer.Option("--print", help="Print the command instead of running it.")
     ] = False,
 ) -> None:
     """Open the studies in optuna-dashboard (server logs and request CSVs as artifacts)."""
     _quiet_optuna()
-    argv = dashboard_argv(storage, artifact_dir=artifact_dir)
+    argv = dashboard_argv(storage, artifact_dir=artifact_dir, port=port)
     if print_only:
         typer.echo(shlex.join(argv))
         return
-    error_console().print(f"running: {shlex.join(argv)}")
+    error_console().print(f"running: {shlex.join(argv)}  (open http://127.0.0.1:{port}/dashboard/)")
     raise typer.Exit(subprocess.call(argv))
 
 

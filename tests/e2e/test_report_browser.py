@@ -12,11 +12,14 @@ import os
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import optuna
 import pytest
 import yaml
@@ -31,6 +34,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 BROWSER_TIMEOUT_S = 90
 RUN_TIMEOUT_S = 150
 CLI_TIMEOUT_S = 60
+DASHBOARD_TIMEOUT_S = 60
 needs_chromium = pytest.mark.skipif(
     CHROMIUM is None, reason="chromium not installed (apt-get update; apt-get install -y chromium)"
 )
@@ -91,6 +95,11 @@ def sim_study(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, P
         cwd=workdir,
         timeout_s=RUN_TIMEOUT_S,
     )  # fmt: skip
+    name = optuna.get_all_study_names(storage_url)[0]
+    trials = optuna.load_study(study_name=name, storage=storage_url).trials
+    if not any(t.state.name == "COMPLETE" and t.user_attrs.get("outcome") == "ok" for t in trials):
+        outcomes = [f"{t.user_attrs.get('outcome')}: {t.user_attrs.get('error')}" for t in trials]
+        pytest.fail(f"autotune run produced no ok trial to test on: {outcomes}")
     yield storage_url, workdir
 
 
@@ -183,3 +192,57 @@ def test_report_of_a_simulated_study_opens_without_console_errors(
     target = os.environ.get("AUTOTUNE_REPORT_SCREENSHOT")
     if target:  # keep the picture for a person to look at
         shutil.copy(shot, target)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def dashboard(sim_study: tuple[str, Path]) -> Iterator[str]:
+    """`autotune dashboard` serving the simulated study on 127.0.0.1; the group dies after."""
+    storage_url, workdir = sim_study
+    port = _free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "autotune",
+            "dashboard",
+            "--storage",
+            storage_url,
+            "--port",
+            str(port),
+        ],
+        cwd=workdir,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+
+
+def test_simulated_study_opens_in_optuna_dashboard(dashboard: str) -> None:
+    deadline = time.monotonic() + DASHBOARD_TIMEOUT_S
+    summaries = None
+    while summaries is None and time.monotonic() < deadline:
+        try:
+            summaries = httpx.get(f"{dashboard}/api/studies", timeout=5).json()["study_summaries"]
+        except httpx.HTTPError:
+            time.sleep(0.5)
+    assert summaries, f"optuna-dashboard did not answer within {DASHBOARD_TIMEOUT_S} s"
+    (summary,) = summaries
+    assert summary["study_name"].startswith("qwen3.6-27b-awq@rtx4080s-32g")
+    study = httpx.get(f"{dashboard}/api/studies/{summary['study_id']}?after=0", timeout=30).json()
+    assert study["objective_names"] == ["throughput"]
+    launched = [t for t in study["trials"] if t["artifacts"]]
+    assert launched, "no trial shows its server log / request CSV as artifacts"
+    assert {a["filename"] for a in launched[0]["artifacts"]} >= {"server.log", "requests.csv"}
+    keys = {attr["key"] for attr in study["trials"][0]["user_attrs"]}
+    assert {"outcome", "config", "argv", "replay", "is_baseline"} <= keys

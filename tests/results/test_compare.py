@@ -91,3 +91,12 @@ def test_what_if_needs_the_same_workload_and_a_catalog_gpu(
     study.set_user_attr("hardware", {"gpu_name": "NVIDIA B200"})
     with pytest.raises(InputError, match="not in the simulator's GPU catalog"):
         what_if_rows([load_study(storage_url, "a")], ["h100-80g"])
+
+
+def test_a_study_without_a_feasible_trial_still_gets_a_column(storage_url: str) -> None:
+    build_study(storage_url, "a")
+    optuna.create_study(study_name="empty", storage=storage_url)
+    rows = compare_rows([load_study(storage_url, "a"), load_study(storage_url, "empty")])
+    assert rows[1].trial is None
+    assert rows[1].best_config == "(no feasible trial yet)"
+    assert rows[1].source == "measured: 0 trials, none feasible"

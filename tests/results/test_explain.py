@@ -89,3 +89,18 @@ def test_study_without_feasible_trials_still_explains_memory(storage_url: str) -
     assert sections[2].sentences == (
         "Every trial ran out of memory (0); none fitted to bracket the boundary.",
     )
+
+
+def test_study_of_our_own_errors_says_nothing_about_memory(storage_url: str) -> None:
+    study = optuna.create_study(study_name="broken", storage=storage_url)
+    config = {"model": "m", "flags": {"kv-cache-memory-bytes": 8 * GIB}}
+    for _ in range(2):
+        trial = study.ask()
+        trial.set_user_attr("outcome", "error")
+        trial.set_user_attr("config", config)
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    sections = {s.title: s.sentences for s in explain(load_study(storage_url))}
+    assert sections["Trials"] == ("2 trials: 2 error.",)
+    assert sections["Where out-of-memory begins"] == (
+        "No configuration has reached the engine or the memory model yet.",
+    )

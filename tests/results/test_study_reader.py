@@ -84,6 +84,17 @@ def test_study_loads_through_optunas_public_api_alone(study_url: str) -> None:
 
 
 def test_dashboard_command_points_at_storage_and_artifacts(study_url: str) -> None:
-    argv = dashboard_argv(study_url, artifact_dir=Path("studies/artifacts"))
+    argv = dashboard_argv(study_url)
     assert argv[0].endswith("optuna-dashboard")
-    assert argv[1:] == [study_url, "--artifact-dir", "studies/artifacts"]
+    beside_db = Path(study_url.removeprefix("sqlite:///")).parent / "artifacts"
+    assert argv[1:] == [
+        study_url,
+        "--artifact-dir",
+        str(beside_db),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8080",
+    ]
+    argv = dashboard_argv(study_url, artifact_dir=Path("elsewhere"), port=9000)
+    assert argv[3] == "elsewhere" and argv[-1] == "9000"
