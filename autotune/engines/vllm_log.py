@@ -195,6 +195,9 @@ _ENGINE_DEAD = re.compile(
     r"|Worker proc \S+ died unexpectedly"
 )
 _STARTUP_HANG = re.compile(r"Timed out waiting for engine core processes to start")
+_STARTUP_FATAL = re.compile(
+    r"EngineCore failed to start|WorkerProc failed|Engine core initialization failed"
+)
 # After this line the server is shutting down on request; EngineDeadError that follows
 # is the shutdown's echo, not a death (seen in real 0.32 logs after SIGTERM).
 _SHUTDOWN = re.compile(r"\[shutdown\] API server: shutdown triggered")
@@ -276,6 +279,8 @@ def classify_failure(
             return failure(FailureClass.UNSUPPORTED_CONFIG, hit)
         if hit := _find(_STARTUP_HANG, lines):
             return failure(FailureClass.STARTUP_TIMEOUT, hit)
+        if hit := _find(_STARTUP_FATAL, lines):
+            return failure(FailureClass.UNKNOWN, hit)
         if exit_code is None:
             return failure(FailureClass.STARTUP_TIMEOUT, None, "server never became ready")
         return failure(FailureClass.UNKNOWN, None, f"server exited with code {exit_code}")
@@ -302,7 +307,7 @@ def fatal_line(text: str, *, phase: Phase) -> str | None:
         lines = _before_shutdown(lines)
         patterns.append(_ENGINE_DEAD)
     else:
-        patterns += [_STARTUP_HANG, re.compile(r"EngineCore failed to start|WorkerProc failed")]
+        patterns += [_STARTUP_HANG, _STARTUP_FATAL]
     for pattern in patterns:
         if hit := _find(pattern, lines):
             return hit.message

@@ -166,3 +166,14 @@ def test_fatal_line_seen_before_exit(real_log):
     cut = text[: text.index("died unexpectedly")]
     assert "No available memory" in fatal_line(cut, phase="startup")
     assert fatal_line(real_log("run5_eager.log"), phase="startup") is None
+
+
+def test_engine_core_failure_without_known_cause_is_unknown_not_a_hang():
+    text = (
+        "(EngineCore pid=5) ERROR 11-30 01:00:00 [core.py:1] EngineCore failed to start.\n"
+        "(EngineCore pid=5) ERROR 11-30 01:00:00 [core.py:1] KeyError: 'lm_head.weight'\n"
+    )
+    assert fatal_line(text, phase="startup") == "EngineCore failed to start."
+    failure = classify_failure(text, exit_code=None, health_status=None, phase="startup")
+    assert failure.failure_class == FailureClass.UNKNOWN
+    assert "KeyError" in failure.log_excerpt
