@@ -31,3 +31,5 @@ class SimConfig(BaseModel):
     block_size: int | None = None
     enforce_eager: bool = False
     seed: int = 0
+    # Per-position draft acceptance rates (a workload property); None: the model's default.
+    mtp_acceptance: tuple[float, ...] | None = None

@@ -175,7 +175,11 @@ class SimEngineCore:
         self._host = HostPrefixStore() if config.lmcache else None
         self._num_spec = config.num_speculative_tokens
         self._acceptance = self._conditional_acceptance(
-            mtp_acceptance if mtp_acceptance is not None else model.default_mtp_acceptance
+            next(
+                rates
+                for rates in (mtp_acceptance, config.mtp_acceptance, model.default_mtp_acceptance)
+                if rates is not None
+            )
         )
         self._waiting: deque[_Running] = deque()
         self._running: list[_Running] = []

@@ -221,3 +221,48 @@ def test_advance_to_never_goes_back() -> None:
     engine.advance_to(5.0)
     engine.advance_to(2.0)
     assert engine.clock_s == 5.0
+
+
+def test_lmcache_serves_a_repeated_prefix_from_host_memory() -> None:
+    engine = SimEngineCore(qwen(lmcache=True, kv_cache_memory_bytes=8 * GIB))
+    assert not engine.memory.enable_prefix_caching  # no GPU prefix cache at all
+    block = engine.memory.block_size
+
+    def first_token_s(name: str) -> tuple[float, int]:
+        start_s = engine.clock_s
+        engine.add_request(SimRequest(name, prompt(0, 8000), 2))
+        for result in run(engine):
+            if result.outputs:
+                return result.start_s + result.duration_s - start_s, result.outputs[
+                    0
+                ].num_cached_tokens
+        raise AssertionError("no output")
+
+    cold_s, cold_cached = first_token_s("cold")
+    warm_s, warm_cached = first_token_s("warm")
+    assert cold_cached == 0 and warm_cached == (7999 // block) * block
+    assert warm_s < 0.3 * cold_s
+    assert engine.counters.external_prefix_cache_hits == warm_cached
+    assert engine.counters.prefix_cache_hits == 0
+
+
+def test_decode_runs_equal_step_by_step() -> None:
+    def drive(fast: bool) -> tuple[float, int, list[int]]:
+        engine = SimEngineCore(llama())
+        for index in range(6):
+            engine.add_request(SimRequest(f"r{index}", prompt(index * 900, 300), 50 + 9 * index))
+        tokens: dict[str, int] = {}
+        while engine.has_unfinished():
+            decoded = engine.decode_run(float("inf")) if fast else None
+            if decoded is not None:
+                for request_id in decoded.request_ids:
+                    tokens[request_id] = tokens.get(request_id, 0) + decoded.num_steps
+                continue
+            for output in engine.step().outputs:
+                tokens[output.request_id] = tokens.get(output.request_id, 0) + output.new_tokens
+        return engine.clock_s, engine.counters.generation_tokens, sorted(tokens.values())
+
+    fast = drive(True)
+    slow = drive(False)
+    assert fast[0] == pytest.approx(slow[0], rel=1e-9)
+    assert fast[1:] == slow[1:]

@@ -1,0 +1,319 @@
+"""How the simulator's model compares with the field notes, and how fast it predicts.
+
+Prints markdown tables (ours vs the field notes, as a ratio) for: KV capacity
+at the calibration points, the startup memory lines, the --kv-cache-memory-bytes
+ceiling, the closed-loop benchmark (concurrency x MTP) on the 4080S with
+Qwen3.6-27B and on an H100 with Llama-3.1-8B, parallel Claude Code sessions,
+and prediction speed (simulated seconds per wall second on a 10-minute
+Claude Code replay; an exhaustive five-parameter sweep on two processes).
+
+    python scripts/validate_sim.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+import numpy as np
+
+from autotune.replay.load import LoadSpec
+from autotune.replay.records import RequestRecord
+from autotune.sim.config import SimConfig
+from autotune.sim.memory import plan_memory
+from autotune.sim.predict import predict
+from autotune.sim.prompt import PromptRenderer
+from autotune.sim.sweep import baseline_config, closed_loop_sweep
+from autotune.sim.units import GIB
+from autotune.workload.expand import expand
+from autotune.workload.gen import ClaudeCodeParams, claudecode
+from autotune.workload.plan import WorkloadPlan
+
+CARD, QWEN = "rtx4080s-32g", "qwen3.6-27b-awq"
+CONCURRENCIES = [1, 4, 8, 16, 32]
+MTPS = [0, 1, 2, 3]
+REPLAY_S = 600.0
+LOG_WINDOW_S = 10.0  # vLLM logs average throughput over VLLM_LOG_STATS_INTERVAL
+SWEEP_GRID = {
+    "kv_cache_memory_bytes": [int(g * GIB) for g in (7, 8, 9, 10, 11)],
+    "kv_cache_dtype": ["auto", "fp8_e4m3"],
+    "num_speculative_tokens": [0, 1, 2, 3],
+    "max_num_seqs": [8, 16, 32, 64],
+    "max_num_batched_tokens": [2048, 4096, 8192],
+}
+
+
+def table(headers: list[str], rows: list[list[object]]) -> None:
+    print("| " + " | ".join(headers) + " |")
+    print("|" + "---|" * len(headers))
+    for row in rows:
+        print("| " + " | ".join(_cell(value) for value in row) + " |")
+    print()
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:,.2f}" if abs(value) < 100 else f"{value:,.0f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def qwen(**overrides: object) -> SimConfig:
+    values: dict[str, object] = {"hardware": CARD, "model": QWEN, "language_model_only": True}
+    values.update(overrides)
+    return SimConfig.model_validate(values)
+
+
+def kv_capacity() -> None:
+    print("## KV cache capacity (4080S, Qwen3.6-27B, --kv-cache-memory-bytes 9G)\n")
+    rows = []
+    for dtype, noted in (("auto", 128_341), ("fp8_e4m3", 220_013)):
+        ours = plan_memory(qwen(kv_cache_memory_bytes=9 * GIB, kv_cache_dtype=dtype))
+        rows.append([dtype, ours.kv_cache_tokens, noted, ours.kv_cache_tokens / noted])
+    table(["kv dtype", "ours (tokens)", "field notes", "ratio"], rows)
+
+
+def memory_lines() -> None:
+    print("## Startup memory lines (GiB; --gpu-memory-utilization 0.8)\n")
+    rows = []
+    for label, lm_only, noted in (
+        ("language model only", True, (18.33, 2.47, 0.11, 0.51)),
+        ("with vision tower", False, (19.2, 1.89, 0.11, 0.52)),
+    ):
+        report = plan_memory(qwen(gpu_memory_utilization=0.8, language_model_only=lm_only))
+        ours = (
+            report.weights_bytes,
+            report.peak_activation_bytes,
+            report.non_torch_bytes,
+            report.cudagraph_bytes,
+        )
+        for name, value, expected in zip(
+            ("weights", "peak activation", "non-torch", "CUDA graphs"), ours, noted, strict=True
+        ):
+            rows.append([label, name, value / GIB, expected, value / GIB / expected])
+    table(["setting", "line", "ours", "field notes", "ratio"], rows)
+
+
+def kv_ceiling() -> None:
+    print("## Largest --kv-cache-memory-bytes that starts (4080S, Qwen3.6-27B)\n")
+    rows = []
+    for label, extra in (
+        ("MTP and LMCache off", {}),
+        ("MTP 2", {"num_speculative_tokens": 2}),
+        ("LMCache", {"lmcache": True}),
+    ):
+        low, high = 0, 32 * GIB
+        while high - low > 2**20:
+            middle = (low + high) // 2
+            if plan_memory(qwen(kv_cache_memory_bytes=middle, **extra)).fits:
+                low = middle
+            else:
+                high = middle
+        rows.append([label, low / GIB, low / 1e9, "about 13G" if not extra else "lower"])
+    table(["setting", "ours (GiB)", "ours (GB)", "field notes"], rows)
+
+
+def closed_loop(hardware: str, model: str, anchors: dict[tuple[int, int], float]) -> None:
+    print(f"## Closed loop, 128 in / 256 out: {model} on {hardware} (output tok/s)\n")
+    rows = closed_loop_sweep(
+        baseline_config(hardware, model),
+        concurrencies=CONCURRENCIES,
+        mtps=MTPS,
+        prompt_tokens=128,
+        output_tokens=256,
+    )
+    by_cell = {(row.concurrency, row.mtp): row for row in rows}
+    lines = []
+    for concurrency in CONCURRENCIES:
+        values = [by_cell[concurrency, mtp].output_tokens_per_s or 0.0 for mtp in MTPS]
+        base = values[0]
+        gains = " / ".join(f"{value / base:.2f}" for value in values[1:]) if base else "-"
+        anchor = anchors.get((concurrency, 0))
+        lines.append(
+            [
+                concurrency,
+                *values,
+                gains,
+                by_cell[concurrency, 0].mean_latency_s or 0.0,
+                "-" if anchor is None else f"{anchor:.0f} ({values[0] / anchor:.2f})",
+            ]
+        )
+    table(
+        [
+            "clients",
+            *(f"MTP {mtp}" for mtp in MTPS),
+            "MTP 1/2/3 vs off",
+            "mean latency s (off)",
+            "field notes (ratio)",
+        ],
+        lines,
+    )
+
+
+def agent_plan(sessions: int, seed: int = 1) -> WorkloadPlan:
+    return expand(claudecode(ClaudeCodeParams(sessions=sessions, seed=seed)))
+
+
+def agent_load(sessions: int) -> LoadSpec:
+    return LoadSpec(
+        mode="sessions",
+        concurrency=sessions,
+        duration_s=REPLAY_S,
+        max_gap_s=5.0,
+        recycle_sessions=True,
+    )
+
+
+def peak_window_tok_s(records: list[RequestRecord], window_s: float = LOG_WINDOW_S) -> float:
+    """The best vLLM-log-style window: generated tokens per second over ``window_s``.
+
+    Each request's tokens are spread evenly from its first token to its end.
+    """
+    end_s = max((r.send_s + (r.e2e_s or 0.0) for r in records), default=0.0)
+    buckets = np.zeros(int(end_s // window_s) + 2)
+    for record in records:
+        if record.ttft_s is None or record.e2e_s is None or record.output_tokens == 0:
+            continue
+        first_s, last_s = record.send_s + record.ttft_s, record.send_s + record.e2e_s
+        times = np.linspace(first_s, last_s, record.output_tokens)
+        np.add.at(buckets, (times // window_s).astype(int), 1)
+    return float(buckets.max() / window_s)
+
+
+def parallel_agents() -> None:
+    print("## Parallel Claude Code sessions (4080S, Qwen3.6-27B, 9G fp8, prefix caching)\n")
+    rows = []
+    for sessions, noted in ((8, 350.0), (16, 400.0)):
+        plan = agent_plan(sessions)
+        for mtp in (0, 2):
+            config = baseline_config(
+                CARD,
+                QWEN,
+                enable_prefix_caching=True,
+                max_model_len=131072,
+                num_speculative_tokens=mtp,
+            )
+            prediction = predict(config, plan, agent_load(sessions))
+            stats, server = prediction.stats, prediction.server_stats
+            rows.append(
+                [
+                    sessions,
+                    mtp,
+                    stats.output_throughput_tok_s,
+                    noted,
+                    stats.output_throughput_tok_s / noted,
+                    peak_window_tok_s(prediction.records),
+                    server.peak_running or 0,
+                    server.prefix_cache_hit_rate or 0.0,
+                    server.preemptions or 0,
+                ]
+            )
+    table(
+        [
+            "sessions",
+            "MTP",
+            "ours tok/s",
+            "field notes",
+            "ratio",
+            f"peak {LOG_WINDOW_S:.0f}-s window tok/s",
+            "peak running",
+            "prefix hit rate",
+            "preemptions",
+        ],
+        rows,
+    )
+
+
+def replay_speed() -> None:
+    print(f"## Prediction speed: {REPLAY_S:.0f}-s Claude Code replay (16 sessions)\n")
+    plan = agent_plan(16)
+    rows = []
+    for config in (
+        baseline_config(CARD, QWEN, enable_prefix_caching=True, max_model_len=131072),
+        SimConfig(hardware="h100-80g", model="llama-3.1-8b"),
+    ):
+        renderer = PromptRenderer()
+        walls = []
+        for _ in range(2):  # cold (tokenizing), then warm (a sweep's later trials)
+            start = time.perf_counter()
+            prediction = predict(config, plan, agent_load(16), renderer=renderer)
+            walls.append(time.perf_counter() - start)
+        simulated_s = prediction.stats.duration_s
+        rows.append(
+            [
+                f"{config.model} on {config.hardware}",
+                prediction.stats.completed,
+                simulated_s,
+                walls[0],
+                walls[1],
+                simulated_s / walls[1],
+            ]
+        )
+    table(
+        [
+            "configuration",
+            "requests",
+            "simulated s",
+            "wall s (cold)",
+            "wall s (warm)",
+            "sim s / wall s",
+        ],
+        rows,
+    )
+
+
+_WORKER_PLAN: WorkloadPlan | None = None
+_WORKER_RENDERER: PromptRenderer | None = None
+
+
+def _init_worker(sessions: int) -> None:
+    global _WORKER_PLAN, _WORKER_RENDERER  # per-process sweep state
+    _WORKER_PLAN = agent_plan(sessions)
+    _WORKER_RENDERER = PromptRenderer()
+
+
+def _predict_cell(values: dict[str, object]) -> float:
+    assert _WORKER_PLAN is not None and _WORKER_RENDERER is not None
+    config = baseline_config(CARD, QWEN, enable_prefix_caching=True, max_model_len=65536, **values)
+    prediction = predict(config, _WORKER_PLAN, agent_load(8), renderer=_WORKER_RENDERER)
+    return prediction.stats.output_throughput_tok_s
+
+
+def exhaustive_sweep(quick: bool) -> None:
+    grid = dict(SWEEP_GRID)
+    if quick:
+        grid = {name: values[:2] for name, values in grid.items()}
+    cells = [dict(zip(grid, combo, strict=True)) for combo in itertools.product(*grid.values())]
+    print(
+        f"## Exhaustive sweep: {len(cells)} configurations x {REPLAY_S:.0f}-s replay, 2 processes\n"
+    )
+    start = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=2, initializer=_init_worker, initargs=(8,)) as pool:
+        results = list(pool.map(_predict_cell, cells, chunksize=4))
+    wall_s = time.perf_counter() - start
+    best = max(range(len(cells)), key=lambda index: results[index])
+    table(
+        ["configurations", "wall s", "wall s / configuration", "best tok/s", "best configuration"],
+        [[len(cells), wall_s, wall_s / len(cells), results[best], cells[best]]],
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a 32-cell sweep instead of 480")
+    args = parser.parse_args()
+    kv_capacity()
+    memory_lines()
+    kv_ceiling()
+    closed_loop(CARD, QWEN, {(1, 0): 37.0, (32, 0): 700.0})
+    closed_loop("h100-80g", "llama-3.1-8b", {})
+    parallel_agents()
+    replay_speed()
+    exhaustive_sweep(args.quick)
+
+
+if __name__ == "__main__":
+    main()
