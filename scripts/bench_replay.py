@@ -323,13 +323,15 @@ async def bench(args: argparse.Namespace, url: str) -> dict[str, float]:
         "ttft_error_loaded_ms": statistics.median(errors["ours"]) * 1e3,
         "baseline_ttft_error_loaded_ms": statistics.median(errors["baseline"]) * 1e3,
         "baseline_ttft_error_ms": statistics.median(errors["baseline_light"]) * 1e3,
+        "load_average": os.getloadavg()[0],
     }
 
 
 def print_table(figures: dict[str, float], args: argparse.Namespace) -> None:
     table = Table(
         title=f"replay client: {args.requests} requests x {args.chunks} chunks, "
-        f"{args.concurrency} in flight, client on one core, median of {args.rounds} rounds"
+        f"{args.concurrency} in flight, client on one core, median of {args.rounds} rounds, "
+        f"machine load average {figures['load_average']:.1f}"
     )
     columns = ("client", "requests/CPU-s", "chunks/CPU-s", "requests/s (wall)", "TTFT error ms")
     for column in columns:
