@@ -122,6 +122,30 @@ def headline_sentences(loaded: LoadedStudy, best: TrialRow) -> list[str]:
     ]
 
 
+def pareto_sentences(loaded: LoadedStudy) -> list[str]:
+    """For multi-objective studies: the trade-off the Pareto front offers."""
+    if not loaded.multi_objective:
+        return []
+    front = sorted(loaded.pareto(), key=loaded.primary_key, reverse=True)
+    if not front:
+        return []
+    names = loaded.info.objectives or tuple(f"objective {i}" for i in range(2))
+    points = "; ".join(
+        f"trial {row.number}: "
+        + ", ".join(
+            f"{name} {value:,.2f}" for name, value in zip(names, row.values or (), strict=False)
+        )
+        for row in front
+    )
+    if len(front) == 1:
+        return [f"One trial beats or equals every other on all objectives: {points}."]
+    return [
+        f"The Pareto front holds {len(front)} trials, each better than the others on at "
+        f"least one objective: {points}. The best is the one first on {names[0]}; "
+        "autotune export --slo picks another."
+    ]
+
+
 def _capacity_sentences(best: TrialRow, baseline: TrialRow) -> list[str]:
     sentences: list[str] = []
     dtype_best = best.flags.get("kv-cache-dtype", "auto")
@@ -341,7 +365,7 @@ def explain(loaded: LoadedStudy) -> list[Section]:
         sections.append(Section(title="Where out-of-memory begins", sentences=tuple(memory)))
         return sections
     best = loaded.best()
-    why = headline_sentences(loaded, best)
+    why = headline_sentences(loaded, best) + pareto_sentences(loaded)
     baseline = loaded.baseline()
     if baseline is not None and baseline.config is not None and baseline.number != best.number:
         why += changed_flag_sentences(best, baseline)

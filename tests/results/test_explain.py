@@ -104,3 +104,13 @@ def test_study_of_our_own_errors_says_nothing_about_memory(storage_url: str) -> 
     assert sections["Where out-of-memory begins"] == (
         "No configuration has reached the engine or the memory model yet.",
     )
+
+
+def test_multi_objective_explanation_lists_the_pareto_trade_off(pareto_url: str) -> None:
+    loaded = load_study(pareto_url)
+    why = " ".join(s for s in explain(loaded)[1].sentences)
+    front = loaded.pareto()
+    assert [row.number for row in front] == [7]  # the fixture's best dominates on both
+    assert "One trial beats or equals every other on all objectives" in why
+    for row in front:
+        assert f"trial {row.number}: throughput {row.values[0]:,.2f}, latency" in why
