@@ -130,13 +130,12 @@ def pareto_sentences(loaded: LoadedStudy) -> list[str]:
     if not front:
         return []
     names = loaded.info.objectives or tuple(f"objective {i}" for i in range(2))
-    points = "; ".join(
-        f"trial {row.number}: "
-        + ", ".join(
-            f"{name} {value:,.2f}" for name, value in zip(names, row.values or (), strict=False)
-        )
-        for row in front
-    )
+
+    def values_text(row: TrialRow) -> str:
+        pairs = zip(names, row.values or (), strict=False)
+        return ", ".join(f"{name} {value:,.2f}" for name, value in pairs)
+
+    points = "; ".join(f"trial {row.number}: {values_text(row)}" for row in front)
     if len(front) == 1:
         return [f"One trial beats or equals every other on all objectives: {points}."]
     return [
