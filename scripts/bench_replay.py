@@ -239,11 +239,19 @@ async def stamps(url: str) -> dict[str, float]:
         return (await client.get(f"{url}/stamps")).json()
 
 
-async def measure_ours(url: str, plan: WorkloadPlan, concurrency: int) -> Sample:
+async def measure_ours(
+    url: str,
+    plan: WorkloadPlan,
+    concurrency: int,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> Sample:
     """Throughput through the whole replay path (runner, client, records, stats)."""
     load = LoadSpec(mode="concurrency", concurrency=concurrency)
     started, cpu_started = time.perf_counter(), time.process_time()
-    result = await replay(url=url, plan=plan, load=load, model_name="bench", scrape_interval_s=None)
+    result = await replay(
+        url=url, plan=plan, load=load, model_name="bench", scrape_interval_s=None,
+        transport=transport,
+    )  # fmt: skip
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     await stamps(url)  # clear them
     failed = sum(not record.ok for record in result.records)
@@ -289,7 +297,7 @@ def free_port() -> int:
 
 
 async def bench(args: argparse.Namespace, url: str) -> dict[str, float]:
-    samples: dict[str, list[Sample]] = {"ours": [], "baseline": []}
+    samples: dict[str, list[Sample]] = {"ours": [], "baseline": [], "httpcore": []}
     errors: dict[str, list[float]] = {
         "ours": [],
         "baseline": [],
@@ -309,8 +317,22 @@ async def bench(args: argparse.Namespace, url: str) -> dict[str, float]:
         errors["ours_light"].append(await ttft_error_ours(url, plan, 1))
         plan = make_plan(50, args.chunks, f"baselight{round_}-")
         errors["baseline_light"].append((await measure_baseline(url, plan, 1))[1])
+        if args.with_httpcore:
+            plan = make_plan(args.requests, args.chunks, f"httpcore{round_}-")
+            transport = httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=None))
+            samples["httpcore"].append(
+                await measure_ours(url, plan, args.concurrency, transport=transport)
+            )
     ours, baseline = samples["ours"], samples["baseline"]
+    extra = {}
+    if samples["httpcore"]:
+        extra["httpcore_rps"] = statistics.median(s.rps for s in samples["httpcore"])
+        extra["httpcore_chunks_per_s"] = statistics.median(
+            s.chunks_per_s for s in samples["httpcore"]
+        )
+        extra["httpcore_wall_rps"] = statistics.median(s.wall_rps for s in samples["httpcore"])
     return {
+        **extra,
         "ours_chunks_per_s": statistics.median(s.chunks_per_s for s in ours),
         "ours_rps": statistics.median(s.rps for s in ours),
         "baseline_chunks_per_s": statistics.median(s.chunks_per_s for s in baseline),
@@ -349,6 +371,12 @@ def print_table(figures: dict[str, float], args: argparse.Namespace) -> None:
         f"{figures['baseline_ttft_error_loaded_ms']:.2f} "
         f"(1 in flight: {figures['baseline_ttft_error_ms']:.3f})",
     )  # fmt: skip
+    if "httpcore_rps" in figures:
+        table.add_row(
+            "ours on httpx's default transport (httpcore + h11)",
+            f"{figures['httpcore_rps']:,.0f}", f"{figures['httpcore_chunks_per_s']:,.0f}",
+            f"{figures['httpcore_wall_rps']:,.0f}", "",
+        )  # fmt: skip
     table.add_row("ratio ours / baseline", f"{figures['ratio']:.2f}x", "", "", "")
     Console(width=130).print(table)
 
@@ -360,6 +388,9 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--with-httpcore", action="store_true", help="also time our client on httpx's own transport"
+    )
     parser.add_argument(
         "--serve", nargs=2, type=int, metavar=("PORT", "CHUNKS"), help=argparse.SUPPRESS
     )
