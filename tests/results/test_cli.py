@@ -1,0 +1,52 @@
+"""The result commands through typer (parsing, errors as one line, exit codes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from typer.testing import CliRunner
+
+from autotune.cli.results import register
+
+runner = CliRunner()
+app = typer.Typer()  # only our commands: the test does not depend on the rest of the CLI
+register(app)
+
+
+def test_report_explain_compare_run_on_a_stored_study(study_url: str, tmp_path: Path) -> None:
+    out = tmp_path / "r.html"
+    result = runner.invoke(app, ["report", "--storage", study_url, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert out.read_text().startswith("<!DOCTYPE html>")
+    result = runner.invoke(app, ["explain", "--storage", study_url], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "Where out-of-memory begins" in result.stdout
+    result = runner.invoke(
+        app,
+        ["compare", "qwen-4080", "--storage", study_url, "--price", "rtx 4080=0.5"],
+        env={"COLUMNS": "200"},
+    )
+    assert result.exit_code == 0, result.output
+    assert "4,377,600" in result.stdout
+
+
+def test_errors_are_one_line_and_exit_2(study_url: str, tmp_path: Path) -> None:
+    result = runner.invoke(app, ["compare", "qwen-4080", "--storage", study_url, "--price", "x"])
+    assert result.exit_code == 2
+    assert "--price 'x': expected GPU=USD_PER_HOUR" in result.output
+    result = runner.invoke(app, ["explain", "--storage", study_url, "--study", "nope"])
+    assert result.exit_code == 2
+    assert "--study 'nope': not in" in result.output
+    missing = f"sqlite:///{tmp_path / 'missing.db'}"
+    result = runner.invoke(app, ["report", "--storage", missing])
+    assert result.exit_code == 2
+    assert "does not exist" in result.output
+    assert not (tmp_path / "missing.db").exists()
+
+
+def test_dashboard_prints_its_command(study_url: str) -> None:
+    result = runner.invoke(app, ["dashboard", "--storage", study_url, "--print", "--port", "9001"])
+    assert result.exit_code == 0, result.output
+    assert "optuna-dashboard" in result.stdout
+    assert "--port 9001" in result.stdout
