@@ -10,6 +10,7 @@ import pytest
 
 from autotune.engines.base import FailureClass
 from autotune.engines.vllm_log import classify_failure, parse_engine_stats, parse_startup_log
+from autotune.errors import InputError
 from autotune.sim import logs
 from autotune.sim.flags import parse_serve_args
 from autotune.sim.hardware import get_gpu
@@ -223,3 +224,19 @@ def test_weights_that_do_not_load_fail_with_vllms_load_error() -> None:
     assert f"] {oom}" in text  # re-raised as torch's own error
     failure = classify_failure(text, exit_code=1, health_status=None, phase="startup")
     assert failure.failure_class == FailureClass.CUDA_OOM_STARTUP
+
+
+def test_rejected_config_prints_pydantics_validation_error() -> None:
+    args = parse_serve_args(["llama-3.1-8b", "--hardware", "h100-80g", "--max-model-len", "10m"])
+    with pytest.raises(InputError) as excinfo:
+        plan_memory(args.sim)
+    log, out = _log()
+    sequence = StartupSequence(
+        args, log, model=get_model("llama-3.1-8b"), gpu=get_gpu("h100-80g"), memory=None
+    )
+    sequence.rejected(str(excinfo.value))
+    text = out.getvalue()
+    assert "ValidationError: 1 validation error for ModelConfig" in text
+    assert "User-specified max_model_len (10000000)" in text
+    failure = classify_failure(text, exit_code=1, health_status=None, phase="startup")
+    assert failure.failure_class == FailureClass.UNSUPPORTED_CONFIG
