@@ -96,8 +96,6 @@ def prepare_study(options: RunOptions) -> StudySpec:
         gpu = options.hardware or engine.hardware().gpu_name.replace(" ", "-").lower()
     else:
         raise InputError(f"--engine: unknown engine {options.engine!r} (known: sim, vllm)")
-    if not options.prescreen:
-        prescreen = None
     name = options.study or default_study_name(
         options.model, gpu, plan.name, [o.value for o in goal.objectives]
     )
@@ -120,6 +118,7 @@ def prepare_study(options: RunOptions) -> StudySpec:
         sampler=options.sampler,
         seed=options.seed,
         prescreen=prescreen,
+        skip_predicted_oom=options.prescreen,
         artifacts_dir=artifacts,
         runs_dir=artifacts.parent / "runs",
         heartbeat_interval_s=options.heartbeat_interval_s,

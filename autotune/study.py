@@ -69,7 +69,8 @@ class StudySpec:
     startup_timeout_s: float = 900.0
     sampler: str = "gp"
     seed: int | None = None
-    prescreen: Prescreen | None = None
+    prescreen: Prescreen | None = None  # the memory model's estimate of a config
+    skip_predicted_oom: bool = True  # score what the estimate rejects without launching
     artifacts_dir: Path = Path("studies/artifacts")
     runs_dir: Path = Path("studies/runs")
     heartbeat_interval_s: int = DEFAULT_HEARTBEAT_S
@@ -213,8 +214,9 @@ def run_study(spec: StudySpec, *, observer: StudyObserver | None = None) -> optu
     storage = open_storage(spec.storage_url, heartbeat_interval_s=spec.heartbeat_interval_s)
     engine_version = spec.engine.version()
     study = create_or_resume(spec, storage, engine_version)
-    baseline = spec.space.baseline_params(engine_version)
-    study.enqueue_trial(baseline, user_attrs={"is_baseline": True}, skip_if_exists=True)
+    if spec.sampler != "grid":  # GridSampler ignores enqueued points; it meets the baseline
+        baseline = spec.space.baseline_params(engine_version)
+        study.enqueue_trial(baseline, user_attrs={"is_baseline": True}, skip_if_exists=True)
 
     remaining = None if spec.n_trials is None else spec.n_trials - completed_count(study)
     if remaining is not None and remaining <= 0:
@@ -258,12 +260,19 @@ class _TrialRunner:
         self.engine_version = engine_version
         self.observer = observer
         self.artifacts = FileSystemArtifactStore(str(_ensure_dir(spec.artifacts_dir)))
+        self.baseline = spec.space.baseline_params(engine_version)
+
+    def _baseline_seen(self) -> bool:
+        trials = self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        return any(t.user_attrs.get("is_baseline") for t in trials)
 
     def __call__(self, trial: optuna.Trial) -> float | list[float]:
         spec = self.spec
         try:
             params = spec.space.suggest(trial, self.engine_version)
-            is_baseline = bool(trial.user_attrs.get("is_baseline"))
+            is_baseline = bool(trial.user_attrs.get("is_baseline")) or (
+                params == self.baseline and not self._baseline_seen()
+            )
             if self.observer is not None:
                 self.observer.on_trial_start(trial.number, params, is_baseline)
             config = self._config(params)
@@ -286,6 +295,28 @@ class _TrialRunner:
             raise
         return self._finish(trial, result, is_baseline)
 
+    def _config(self, params: dict[str, Any]) -> TrialConfig:
+        """The TrialConfig, with the attention block size N that derived flags need (2N-1).
+
+        N depends on the config itself (KV dtype, MTP k): the memory model's value
+        for this config when there is one, else the last value an engine reported.
+        """
+        spec = self.spec
+        block = self.study.user_attrs.get("attention_block_size")
+        config = spec.space.to_config(
+            params, model=spec.model, engine_version=self.engine_version, attention_block_size=block
+        )
+        estimate = spec.prescreen(config) if spec.prescreen is not None else None
+        modelled = estimate.report.get("attention_block_size") if estimate else None
+        if modelled and modelled != block:
+            config = spec.space.to_config(
+                params,
+                model=spec.model,
+                engine_version=self.engine_version,
+                attention_block_size=modelled,
+            )
+        return config
+
     def _run(self, trial: optuna.Trial, params: dict[str, Any], config: TrialConfig) -> TrialResult:
         spec = self.spec
         violations = spec.space.rule_violations(params)
@@ -302,6 +333,7 @@ class _TrialRunner:
                 log_path=log_path,
                 slo=request_slo(spec.goal.slos),
                 prescreen=spec.prescreen,
+                skip_predicted_oom=spec.skip_predicted_oom,
                 startup_timeout_s=spec.startup_timeout_s,
                 trial_timeout_s=spec.trial_timeout_s,
                 observer=self.observer,

@@ -71,11 +71,15 @@ async def run_trial(
     log_path: Path,
     slo: RequestSlo | None = None,
     prescreen: Prescreen | None = None,
+    skip_predicted_oom: bool = True,
     startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S,
     trial_timeout_s: float | None = None,
     observer: TrialObserver | None = None,
 ) -> TrialResult:
     """Launch ``config`` on ``engine``, replay ``plan`` under ``load``, stop the server.
+
+    ``prescreen`` estimates memory first; with ``skip_predicted_oom`` a config it
+    rejects is scored as predicted-oom without a launch.
 
     The server is stopped (its whole process group) before this returns, also
     on cancellation (Ctrl-C).
@@ -83,7 +87,7 @@ async def run_trial(
     started = time.monotonic()
     result = TrialResult(config=config, log_path=log_path)
     result.memory = prescreen(config) if prescreen is not None else None
-    if result.memory is not None and not result.memory.fits:
+    if skip_predicted_oom and result.memory is not None and not result.memory.fits:
         result.outcome_override = Outcome.PREDICTED_OOM.value
         result.wall_s = time.monotonic() - started
         return result

@@ -17,6 +17,7 @@ from autotune.cli._common import (
     StorageOption,
     StudyOption,
     console,
+    error_console,
     handle_errors,
     parse_duration,
 )
@@ -171,7 +172,12 @@ def run(
         )
         _print_summary(load_study(spec.storage_url, spec.name), out)
         sys.exit(130)
-    _print_summary(load_study(spec.storage_url, spec.name), out)
+    loaded = load_study(spec.storage_url, spec.name)
+    _print_summary(loaded, out)
+    errors = [t.user_attrs["error"] for t in loaded.study.trials if t.user_attrs.get("error")]
+    if errors and not any(row.state == "COMPLETE" for row in loaded.trials):
+        error_console().print(f"[red]error:[/red] every trial failed inside autotune: {errors[0]}")
+        sys.exit(1)
 
 
 def _raise_keyboard_interrupt(signum: int, frame: object) -> None:

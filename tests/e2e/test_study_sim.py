@@ -60,30 +60,37 @@ def test_a_study_launches_replays_scores_and_learns_where_oom_lives(tmp_path: Pa
     trials = study.get_trials(states=(TrialState.COMPLETE,))
     assert len(trials) == 4
     by_kv = {t.params["kv_cache_memory_gib"]: t for t in trials}
-    assert set(by_kv) == {10.0, 12.0, 14.0, 16.0}
-    assert trials[0].user_attrs["is_baseline"] and trials[0].params["kv_cache_memory_gib"] == 10.0
+    assert set(by_kv) == {8.0, 10.0, 12.0, 14.0}
+    assert [t.params["kv_cache_memory_gib"] for t in trials if t.user_attrs["is_baseline"]] == [8.0]
     # Every trial carries the same constraint keys (GPSampler refuses anything else).
     assert {frozenset(t.constraints) for t in trials} == {frozenset({"oom", "crash", "error_rate"})}
-    for kv in (10.0, 12.0):
+    # OOM lives above a ceiling: every pool below it runs, every pool above it dies.
+    ok = sorted(kv for kv, t in by_kv.items() if t.user_attrs["outcome"] == "ok")
+    oom = sorted(kv for kv, t in by_kv.items() if t.constraints["oom"] > 0)
+    assert ok and oom and max(ok) < min(oom) and len(ok) + len(oom) == 4
+    for kv in ok:
         trial = by_kv[kv]
-        assert trial.user_attrs["outcome"] == "ok"
         assert trial.value > 0
         assert trial.constraints["oom"] < 0
         assert trial.user_attrs["startup"]["kv_cache_tokens"] > 0
         assert trial.user_attrs["replay"]["completed"] >= 10
         assert trial.user_attrs["server_stats"]["generation_tokens"] > 0
         assert "--kv-cache-memory-bytes" in trial.user_attrs["argv"]
-    # More KV never makes the server slower to start on the same card; both fit.
-    assert (
-        by_kv[12.0].user_attrs["startup"]["kv_cache_tokens"]
-        > by_kv[10.0].user_attrs["startup"]["kv_cache_tokens"]
-    )
-    for kv in (14.0, 16.0):
+    for kv in oom:
         trial = by_kv[kv]
-        assert trial.user_attrs["outcome"] in ("kv-does-not-fit", "cuda-oom-startup")
-        assert trial.constraints["oom"] > 0
+        assert trial.user_attrs["outcome"] in (
+            "kv-does-not-fit",
+            "cuda-oom-startup",
+            "cuda-oom-load",
+        )
         assert trial.user_attrs["failure"]["log_excerpt"]
-    assert study.best_trial.params["kv_cache_memory_gib"] in (10.0, 12.0)
+        assert trial.user_attrs["memory"]["fits"] is False or trial.user_attrs["outcome"] == (
+            "cuda-oom-load"
+        )
+    if len(ok) > 1:  # a bigger pool holds more tokens
+        tokens = [by_kv[kv].user_attrs["startup"]["kv_cache_tokens"] for kv in ok]
+        assert tokens == sorted(tokens) and tokens[0] < tokens[-1]
+    assert study.best_trial.params["kv_cache_memory_gib"] in ok
 
     # Server logs and request records are kept as artifacts beside the database.
     artifacts = list((db.parent / "artifacts").rglob("*"))
@@ -95,7 +102,7 @@ def test_a_study_launches_replays_scores_and_learns_where_oom_lives(tmp_path: Pa
         env={**os.environ, "COLUMNS": "250"},
     )  # fmt: skip
     assert shown.returncode == 0, shown.stderr
-    for outcome in ("ok", by_kv[14.0].user_attrs["outcome"]):
+    for outcome in ("ok", by_kv[14.0].user_attrs["outcome"], "baseline"):
         assert outcome in shown.stdout
     listed = subprocess.run(
         autotune_argv("studies", "--storage", f"sqlite:///{db}"),
@@ -114,13 +121,19 @@ def test_the_memory_prescreen_scores_certain_ooms_without_launching(tmp_path: Pa
         cwd=tmp_path, capture_output=True, text=True, timeout=110,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
-    by_kv = {t.params["kv_cache_memory_gib"]: t for t in load(db).trials}
-    for kv in (14.0, 16.0):
-        assert by_kv[kv].user_attrs["outcome"] == "predicted-oom"
-        assert by_kv[kv].user_attrs["argv"] is None  # never launched
-        assert by_kv[kv].constraints["oom"] > 0
-        assert by_kv[kv].user_attrs["memory"]["fits"] is False
-    assert by_kv[10.0].user_attrs["memory"]["fits"] is True
+    trials = load(db).trials
+    rejected = [t for t in trials if t.user_attrs["outcome"] == "predicted-oom"]
+    launched = [t for t in trials if t.user_attrs["outcome"] != "predicted-oom"]
+    assert rejected and launched
+    for trial in rejected:
+        assert trial.user_attrs["argv"] is None  # never launched
+        assert trial.constraints["oom"] > 0
+        assert trial.user_attrs["memory"]["load_transient_bytes"] > 0
+    # The memory model rejects exactly the pools the server could not run.
+    assert max(t.params["kv_cache_memory_gib"] for t in launched) < min(
+        t.params["kv_cache_memory_gib"] for t in rejected
+    )
+    assert all(t.user_attrs["outcome"] == "ok" for t in launched)
 
 
 @pytest.mark.timeout(200)
