@@ -116,7 +116,7 @@ async def _run(args: ServeArgs, log: VllmLog, sock: socket.socket) -> int:
     await startup.engine_until_loaded()
     await startup.engine_until_ready()
     await asyncio.sleep(startup.phases.server_s / args.time_scale)
-    startup.serving_lines(args.host, args.port)
+    startup.serving_lines(args.host, sock.getsockname()[1])  # the real port, even for --port 0
     server: uvicorn.Server | None = None
 
     def on_crash(root_cause: str) -> None:
