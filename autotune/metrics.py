@@ -187,17 +187,20 @@ def explain_prefix_cache(
     ``plan_hit_ratio`` is the share of prompt tokens the workload itself could
     reuse (an ideal, unbounded cache); ``working_set_tokens`` the tokens that
     must stay cached at once for those hits. None when there is nothing to
-    explain (hits as expected, or no shared prefixes to hit).
+    explain (hits as expected, nothing measured, or no shared prefixes to hit).
+    A server with prefix caching off counts no queries, so its rate is None.
     """
     rate = stats.prefix_cache_hit_rate
-    if rate is None or rate >= NEAR_ZERO_HIT_RATE:
+    if prefix_caching_enabled is None:
+        prefix_caching_enabled = stats.prefix_caching_enabled
+    if rate is None and prefix_caching_enabled is not False:
+        return None
+    if rate is not None and rate >= NEAR_ZERO_HIT_RATE:
         return None
     if plan_hit_ratio is not None and plan_hit_ratio < SHARED_PREFIX_RATIO:
         return None
     expected = f" (the workload could reuse {plan_hit_ratio:.0%})" if plan_hit_ratio else ""
-    head = f"Prefix cache hit rate was {rate:.1%}{expected}: "
-    if prefix_caching_enabled is None:
-        prefix_caching_enabled = stats.prefix_caching_enabled
+    head = f"Prefix cache hit rate was {rate or 0.0:.1%}{expected}: "
     if prefix_caching_enabled is False:
         return head + (
             "prefix caching is off on this server; start it with --enable-prefix-caching "

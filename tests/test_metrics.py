@@ -118,12 +118,18 @@ def test_explains_prefix_caching_off() -> None:
     assert text is not None and "--enable-prefix-caching" in text and "60%" in text
 
 
-def test_prefix_caching_off_read_from_server_stats() -> None:
+def test_prefix_caching_off_read_from_server_stats_even_without_queries() -> None:
     text = explain_prefix_cache(
         _cold(prefix_caching_enabled=False), plan_hit_ratio=None, prefix_caching_enabled=None,
         kv_cache_tokens=None, working_set_tokens=None,
     )  # fmt: skip
     assert text is not None and "prefix caching is off" in text
+    never_queried = ServerStats(prefix_caching_enabled=False)  # vLLM counts no queries then
+    text = explain_prefix_cache(
+        never_queried, plan_hit_ratio=0.5, prefix_caching_enabled=None,
+        kv_cache_tokens=None, working_set_tokens=None,
+    )  # fmt: skip
+    assert text is not None and text.startswith("Prefix cache hit rate was 0.0% (the workload")
 
 
 def test_explains_a_pool_too_small_with_both_numbers() -> None:

@@ -84,8 +84,16 @@ def _print_level(level: LevelResult) -> None:
         f"peak {stats.max_concurrent_requests} in flight",
         highlight=False,
     )
-    if stats.errors_by_class:
-        out.print(f"errors: {stats.errors_by_class}", highlight=False)
+    for error_class, count in stats.errors_by_class.items():
+        example = next(
+            (
+                r.error_detail
+                for r in level.result.records
+                if r.error and r.error.value == error_class
+            ),
+            None,
+        )
+        out.print(f"[red]{error_class}[/red]: {count}, e.g. {example}", highlight=False)
     if stats.stopped_early:
         out.print(f"[yellow]stopped early:[/yellow] {stats.stopped_early}", highlight=False)
     table = Table()
@@ -95,14 +103,18 @@ def _print_level(level: LevelResult) -> None:
         table.add_row(*_latency_table(name.upper(), getattr(stats, name)))
     out.print(table)
     if server is not None:
-        parts = [f"generation tokens {server.generation_tokens}"]
+        generated = server.generation_tokens
+        parts = [f"generation tokens {generated}"]
+        if generated is not None and generated != stats.total_output_tokens:
+            # in-window output only; warm-up, failed requests or other clients also count there
+            parts[0] += f" (client counted {stats.total_output_tokens} in its window)"
         if server.prefix_cache_hit_rate is not None:
             parts.append(f"prefix cache hit rate {server.prefix_cache_hit_rate:.1%}")
         if server.external_prefix_cache_hit_rate is not None:
             parts.append(f"external hit rate {server.external_prefix_cache_hit_rate:.1%}")
         if server.preemptions:
             parts.append(f"preemptions {server.preemptions}")
-        if server.peak_kv_cache_usage is not None:
+        if server.peak_kv_cache_usage is not None and server.scrapes > 2:  # peaks need mid-run
             parts.append(f"peak KV usage {server.peak_kv_cache_usage:.0%}")
         if server.spec_decode_acceptance_rate is not None:
             parts.append(f"spec-decode acceptance {server.spec_decode_acceptance_rate:.1%}")

@@ -165,6 +165,21 @@ def _first_line(text: str) -> str:
     return stripped.splitlines()[0][:200] if stripped else ""
 
 
+def _error_message(body: str) -> str:
+    """The message of an OpenAI / Anthropic / FastAPI error body, else its first line."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return _first_line(body)
+    if isinstance(data, dict):
+        inner = data.get("error", data)
+        if isinstance(inner, dict):
+            inner = inner.get("message", inner.get("detail", inner))
+        if isinstance(inner, str):
+            return _first_line(inner)
+    return _first_line(body)
+
+
 async def send_request(
     client: httpx.AsyncClient,
     request: PlannedRequest,
@@ -199,7 +214,7 @@ async def send_request(
                 if status >= 400:
                     text = (await response.aread()).decode(errors="replace")
                     error = RequestError.HTTP_4XX if status < 500 else RequestError.HTTP_5XX
-                    detail = _first_line(text)
+                    detail = _error_message(text)
                 else:
                     await _read_stream(response, stream, anthropic)
                     if not stream.finished:

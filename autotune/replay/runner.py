@@ -43,6 +43,15 @@ from autotune.workload.plan import WorkloadPlan
 
 SATURATION_SCRAPES = 4  # successive rises of the waiting queue that mean "without bound"
 SATURATION_MIN_QUEUE = 8  # a queue this short is never called saturated
+MIN_SCRAPE_INTERVAL_S = 0.25  # wall: a time-scaled server is still scraped at most this often
+SATURATION_CHECK_S = 1.0  # wall: client-backlog checks when /metrics is not scraped
+
+
+def _wall_interval_s(scrape_interval_s: float | None, server_time_scale: float) -> float:
+    # Modelled seconds to wall seconds, but never so often that scraping loads the server.
+    if scrape_interval_s is None:
+        return SATURATION_CHECK_S
+    return max(scrape_interval_s / server_time_scale, MIN_SCRAPE_INTERVAL_S)
 
 
 class ReplayResult(BaseModel):
@@ -70,7 +79,7 @@ async def _monitor(
     scraping: bool,
     samples: list[str],
 ) -> None:
-    """Scrape /metrics every ``interval_s`` wall seconds; stop the run on saturation."""
+    """Scrape /metrics every ``interval_s`` (wall); stop the run on saturation."""
     waiting: list[int] = []
     backlog: list[int] = []
     while True:
@@ -113,8 +122,10 @@ async def replay(
     """Replay ``plan`` against the server at ``url`` (e.g. ``http://127.0.0.1:8000``).
 
     ``model_name`` empty: the first model at /v1/models. ``scrape_interval_s``
-    None: /metrics is not read (server_stats None). Raises ReplayError only
-    when the replay cannot start (no model name); request failures are records.
+    (modelled seconds, at most every 0.25 s wall): how often /metrics is read during
+    the run for peaks and saturation; None: /metrics is not read (server_stats None).
+    Raises ReplayError only when the replay cannot start (no model name); request
+    failures are records.
     ``transport``: httpx transport (default: ``AiohttpTransport``, see transport.py).
     """
     if server_time_scale <= 0:
@@ -142,7 +153,7 @@ async def replay(
                 run,
                 client,
                 url=url,
-                interval_s=scrape_interval_s if scrape_interval_s is not None else 1.0,
+                interval_s=_wall_interval_s(scrape_interval_s, server_time_scale),
                 scraping=before is not None,
                 samples=samples,
             )

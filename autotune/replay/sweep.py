@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel, ConfigDict
 
 from autotune.errors import InputError
-from autotune.metrics import explain_prefix_cache
+from autotune.metrics import NEAR_ZERO_HIT_RATE, explain_prefix_cache
 from autotune.replay.load import LoadSpec, ReplayObserver, RequestSlo
 from autotune.replay.runner import ReplayResult, replay
 from autotune.workload.plan import WorkloadPlan
@@ -41,9 +41,12 @@ def sweep_loads(base: LoadSpec, concurrencies: Sequence[int]) -> list[LoadSpec]:
 
 def _note(plan: WorkloadPlan, result: ReplayResult) -> str | None:
     stats = result.server_stats
-    if stats is None or stats.prefix_cache_hit_rate is None:
+    if stats is None:
         return None
-    if stats.prefix_cache_hit_rate >= 0.02:
+    rate = stats.prefix_cache_hit_rate
+    if rate is None and stats.prefix_caching_enabled is not False:
+        return None
+    if rate is not None and rate >= NEAR_ZERO_HIT_RATE:
         return None
     plan_stats = workload_stats(plan, block_size=stats.block_size or 16)
     return explain_prefix_cache(

@@ -209,3 +209,22 @@ def test_model_name_from_v1_models_and_error_when_absent() -> None:
     assert asyncio.run(ask(lambda r: httpx.Response(200, json=listing))) == "qwen"
     with pytest.raises(ReplayError, match="v1/models"):
         asyncio.run(ask(lambda r: httpx.Response(200, json={"data": []})))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"error": {"message": "maximum context length is 16384 tokens", "code": 400}},
+        {
+            "type": "error",
+            "error": {
+                "type": "invalid_request_error",
+                "message": "maximum context length is 16384 tokens",
+            },
+        },
+        {"detail": "maximum context length is 16384 tokens"},
+    ],
+)
+def test_http_error_detail_is_the_message_of_a_json_body(body: dict[str, object]) -> None:
+    record = _send(lambda request: httpx.Response(400, json=body)).record
+    assert record.error_detail == "maximum context length is 16384 tokens"
