@@ -228,7 +228,10 @@ def dashboard(sim_study: tuple[str, Path]) -> Iterator[str]:
         process.wait(timeout=10)
 
 
-def test_simulated_study_opens_in_optuna_dashboard(dashboard: str) -> None:
+def test_simulated_study_opens_in_optuna_dashboard(
+    dashboard: str, sim_study: tuple[str, Path]
+) -> None:
+    storage_url, _ = sim_study
     deadline = time.monotonic() + DASHBOARD_TIMEOUT_S
     summaries = None
     while summaries is None and time.monotonic() < deadline:
@@ -240,7 +243,8 @@ def test_simulated_study_opens_in_optuna_dashboard(dashboard: str) -> None:
     (summary,) = summaries
     assert summary["study_name"].startswith("qwen3.6-27b-awq@rtx4080s-32g")
     study = httpx.get(f"{dashboard}/api/studies/{summary['study_id']}?after=0", timeout=30).json()
-    assert study["objective_names"] == ["throughput"]
+    stored = optuna.load_study(study_name=summary["study_name"], storage=storage_url)
+    assert study["objective_names"] == stored.metric_names
     launched = [t for t in study["trials"] if t["artifacts"]]
     assert launched, "no trial shows its server log / request CSV as artifacts"
     assert {a["filename"] for a in launched[0]["artifacts"]} >= {"server.log", "requests.csv"}
