@@ -39,7 +39,21 @@ def sweep_loads(base: LoadSpec, concurrencies: Sequence[int]) -> list[LoadSpec]:
     return [base.model_copy(update={"concurrency": level}) for level in concurrencies]
 
 
-def _note(plan: WorkloadPlan, result: ReplayResult) -> str | None:
+def working_set_tokens(plan: WorkloadPlan, load: LoadSpec) -> int | None:
+    """Tokens that must stay cached for sessions to hit their own history (sessions mode):
+    the ``concurrency`` largest sessions' longest prompts, side by side. None otherwise."""
+    if load.mode != "sessions":
+        return None
+    longest: dict[str, int] = {}
+    for request in plan.requests:
+        if request.session is not None:
+            longest[request.session] = max(longest.get(request.session, 0), request.prompt_tokens)
+    if not longest:
+        return None
+    return sum(sorted(longest.values(), reverse=True)[: load.concurrency])
+
+
+def _note(plan: WorkloadPlan, load: LoadSpec, result: ReplayResult) -> str | None:
     stats = result.server_stats
     if stats is None:
         return None
@@ -54,7 +68,7 @@ def _note(plan: WorkloadPlan, result: ReplayResult) -> str | None:
         plan_hit_ratio=plan_stats.prefix_hit_ratio,
         prefix_caching_enabled=stats.prefix_caching_enabled,
         kv_cache_tokens=stats.kv_cache_tokens,
-        working_set_tokens=None,
+        working_set_tokens=working_set_tokens(plan, load),
     )
 
 
@@ -85,7 +99,7 @@ def run_sweep(
                 observer=observer,
             )
             levels.append(
-                LevelResult(load=load, result=result, prefix_cache_note=_note(plan, result))
+                LevelResult(load=load, result=result, prefix_cache_note=_note(plan, load, result))
             )
         return levels
 

@@ -11,6 +11,7 @@ import pytest
 from autotune.replay.load import LoadSpec
 from autotune.replay.records import RequestRecord
 from autotune.replay.runner import ReplayResult, replay, rising_without_bound
+from autotune.replay.sweep import working_set_tokens
 from autotune.workload.plan import Message, PlannedRequest, WorkloadPlan
 from tests.replay.conftest import StubFactory, free_port, make_plan
 
@@ -143,3 +144,10 @@ def test_rising_without_bound() -> None:
     assert not rising_without_bound([0, 3, 9, 14, 14])
     assert not rising_without_bound([0, 1, 2, 3, 4])  # rising but short
     assert not rising_without_bound([10, 12, 14])  # too few scrapes
+
+
+def test_working_set_is_the_largest_sessions_side_by_side() -> None:
+    plan = make_plan(sessions=3, turns=2)  # prompt_tokens 6 then 12 in every session
+    assert working_set_tokens(plan, LoadSpec(mode="sessions", concurrency=2)) == 24
+    assert working_set_tokens(plan, LoadSpec(mode="sessions", concurrency=8)) == 36
+    assert working_set_tokens(plan, LoadSpec(mode="concurrency")) is None
