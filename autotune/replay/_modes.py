@@ -94,17 +94,21 @@ async def _trace(run: Run) -> None:
     pending: set[asyncio.Task[object]] = set()
     at_wall_s = 0.0
     previous_arrival_s = ordered[0].arrival_s if ordered else 0.0
-    for request in ordered:
-        at_wall_s += run.plan_wait_s(request.arrival_s - previous_arrival_s)
-        previous_arrival_s = request.arrival_s
-        delay_s = run.origin + at_wall_s - time.perf_counter()
-        if not await run.wait(delay_s) or not run.may_send():
-            break
-        task = asyncio.create_task(run.send(request))
-        pending.add(task)
-        task.add_done_callback(pending.discard)
-    if pending:
-        await asyncio.gather(*pending)
+    try:
+        for request in ordered:
+            at_wall_s += run.plan_wait_s(request.arrival_s - previous_arrival_s)
+            previous_arrival_s = request.arrival_s
+            delay_s = run.origin + at_wall_s - time.perf_counter()
+            if not await run.wait(delay_s) or not run.may_send():
+                break
+            task = asyncio.create_task(run.send(request))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+        if pending:
+            await asyncio.gather(*pending)
+    finally:  # cancelled from outside: no request outlives the replay
+        for task in pending:
+            task.cancel()
 
 
 async def run_mode(run: Run) -> None:

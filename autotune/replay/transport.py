@@ -33,7 +33,7 @@ class _AiohttpStream(httpx.AsyncByteStream):
                 yield data
         except aiohttp.ClientPayloadError as exc:
             raise httpx.RemoteProtocolError(str(exc) or "cut response body") from exc
-        except aiohttp.ClientConnectionError as exc:
+        except aiohttp.ClientError as exc:
             raise httpx.ReadError(str(exc) or type(exc).__name__) from exc
         except TimeoutError as exc:
             raise httpx.ReadTimeout(str(exc) or "read timed out") from exc
