@@ -303,8 +303,12 @@ class SimEngineCore:
             previous = rate
         return conditional
 
-    def _first_schedule(self, state: _Running) -> int:
-        """Prefix lookup for a waiting request; returns the tokens it need not compute."""
+    def _first_schedule(self, state: _Running) -> tuple[int, int]:
+        """Prefix lookup for a waiting request: (local, external) cache units it can skip.
+
+        Pins the local hits; ``_undo_first_schedule`` unpins them if the
+        request cannot be admitted after all.
+        """
         if state.hashes is None and (self._caching or self._host is not None):
             state.hashes = block_hashes(
                 state.token_ids, self._unit_tokens, salt=state.request.cache_salt
@@ -314,23 +318,24 @@ class SimEngineCore:
         max_hit = (state.num_known - 1) // self._unit_tokens
         candidates = hashes[: min(max_hit, len(hashes))]
         local = self._cache.match(candidates) if self._caching else 0
-        counters = self.counters
-        if self._caching:
-            counters.prefix_cache_queries += state.num_prompt
-            counters.prefix_cache_hits += local * self._unit_tokens
-        external = 0
-        if self._host is not None:
-            external = self._host.match(candidates, local)
-            counters.external_prefix_cache_queries += state.num_prompt - local * self._unit_tokens
-            counters.external_prefix_cache_hits += external * self._unit_tokens
+        external = self._host.match(candidates, local) if self._host is not None else 0
         if local:
             self._cache.acquire(candidates[:local])
             state.pinned = list(candidates[:local])
             state.num_positions = local * self._unit_positions
-        hit_tokens = (local + external) * self._unit_tokens
+        return local, external
+
+    def _record_lookup(self, state: _Running, local: int, external: int) -> None:
+        """Count an admitted request's prefix lookup, as vLLM's metrics do (in tokens)."""
+        counters = self.counters
+        if self._caching:
+            counters.prefix_cache_queries += state.num_prompt
+            counters.prefix_cache_hits += local * self._unit_tokens
+        if self._host is not None:
+            counters.external_prefix_cache_queries += state.num_prompt - local * self._unit_tokens
+            counters.external_prefix_cache_hits += external * self._unit_tokens
         if state.num_cached is None:
-            state.num_cached = hit_tokens
-        return hit_tokens
+            state.num_cached = (local + external) * self._unit_tokens
 
     def _undo_first_schedule(self, state: _Running) -> None:
         if state.pinned:
@@ -373,18 +378,18 @@ class SimEngineCore:
             and len(self._running) < self.memory.max_num_seqs
         ):
             state = self._waiting[0]
-            hit_tokens = self._first_schedule(state)
-            external = hit_tokens - len(state.pinned) * self._unit_tokens
-            computed = hit_tokens
+            local, external = self._first_schedule(state)
+            computed = (local + external) * self._unit_tokens
             num_new = min(state.num_known - computed, budget)
             state.num_computed = computed
             if not self._grow(state, computed + num_new):
                 self._undo_first_schedule(state)
                 state.num_computed = 0
                 break
+            self._record_lookup(state, local, external)
             self._waiting.popleft()
             self._running.append(state)
-            scheduled.append(_Scheduled(state, num_new, 0, external))
+            scheduled.append(_Scheduled(state, num_new, 0, external * self._unit_tokens))
             budget -= num_new
         return scheduled
 
