@@ -118,59 +118,60 @@ class StreamWriter:
         return shapes.anthropic_message(self.response_id, self.model, text, stop, usage)
 
     async def events(self) -> AsyncIterator[bytes]:
-        """The SSE events of a streaming response, in vLLM's shapes."""
+        """The SSE events of a streaming response, in vLLM's shapes.
+
+        Whatever one wake-up produces (start events, the new tokens, the end
+        events) goes out as one write: fewer sends when the process is busy.
+        """
         s = self.stream
-        anthropic = self.endpoint == "anthropic.messages"
         cut_after = self.faults.cut_after_tokens(s.max_tokens)
         sent = 0
         try:
             while True:
-                count = await s.next_tokens()
-                if count == 0 and not s.finished:
-                    continue
-                if sent == 0 and count:
-                    await self._first_token_delay()
-                    start = self._start_events()
-                    if start:
-                        yield start
+                count = await s.next_tokens()  # 0 only once finished
                 if cut_after is not None and sent + count > cut_after:
-                    raise StreamCut(self.stream.request_id)
-                text = shapes.render_tokens(sent, count)
+                    raise StreamCut(s.request_id)
+                parts: list[bytes] = []
+                if sent == 0:
+                    await self._first_token_delay()
+                    parts.append(self._start_events())
+                parts.append(self._token_events(sent, count))
                 sent += count
-                if anthropic:
-                    if count:
-                        yield shapes.anthropic_delta(text)
-                    if s.finished:
-                        if sent == 0:
-                            yield self._start_events()
-                        usage = shapes.anthropic_usage(s.prompt_tokens, sent, s.cached_tokens)
-                        stop = shapes.ANTHROPIC_STOP_REASONS.get(s.finish_reason or "", "end_turn")
-                        yield shapes.anthropic_stream_end(stop, usage)
-                        return
-                    continue
-                reason = (s.finish_reason or "length") if s.finished else None
-                yield self._openai_chunk(text, reason)
                 if s.finished:
-                    if self.include_usage:
-                        obj = (
-                            "chat.completion.chunk"
-                            if self.endpoint == "openai.chat"
-                            else "text_completion"
-                        )
-                        yield shapes.sse(
-                            shapes.usage_chunk(
-                                self.response_id, self.created, self.model, obj, self._usage()
-                            )
-                        )
-                    yield shapes.DONE
+                    parts.append(self._end_events(sent))
+                yield b"".join(parts)
+                if s.finished:
                     return
         except EngineDeadError:
-            if anthropic:
+            if self.endpoint == "anthropic.messages":
                 error = shapes.anthropic_error(shapes.ENGINE_DEAD_MESSAGE, "internal_error")
                 yield shapes.sse_event("error", error) + shapes.DONE
             else:
                 error = shapes.openai_error(shapes.ENGINE_DEAD_MESSAGE, 500, "InternalServerError")
                 yield shapes.sse(error) + shapes.DONE
+
+    def _token_events(self, start: int, count: int) -> bytes:
+        """The event carrying ``count`` new tokens (OpenAI: also the finish reason)."""
+        s = self.stream
+        text = shapes.render_tokens(start, count)
+        if self.endpoint == "anthropic.messages":
+            return shapes.anthropic_delta(text) if count else b""
+        reason = (s.finish_reason or "length") if s.finished else None
+        return self._openai_chunk(text, reason)
+
+    def _end_events(self, sent: int) -> bytes:
+        s = self.stream
+        if self.endpoint == "anthropic.messages":
+            usage = shapes.anthropic_usage(s.prompt_tokens, sent, s.cached_tokens)
+            stop = shapes.ANTHROPIC_STOP_REASONS.get(s.finish_reason or "", "end_turn")
+            return shapes.anthropic_stream_end(stop, usage)
+        if not self.include_usage:
+            return shapes.DONE
+        obj = "chat.completion.chunk" if self.endpoint == "openai.chat" else "text_completion"
+        usage_chunk = shapes.usage_chunk(
+            self.response_id, self.created, self.model, obj, self._usage()
+        )
+        return shapes.sse(usage_chunk) + shapes.DONE
 
     def _start_events(self) -> bytes:
         if self.endpoint == "anthropic.messages":
