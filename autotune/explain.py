@@ -22,6 +22,7 @@ from autotune.study_reader import OOM_OUTCOMES, LoadedStudy, TrialRow
 GIB = 1 << 30
 UNIMPORTANT_SHARE = 0.05  # a parameter with under 5% of the importance "did not matter"
 LOW_CONCURRENCY_REQUESTS = 8  # the field notes' split for where MTP pays off
+MIN_TRIALS_FOR_IMPORTANCE = 5  # PED-ANOVA's docs ask for at least 5 good trials; fewer is noise
 # Our own failures (autotune's, not the server's) say nothing about memory.
 NOT_RUN = frozenset({None, "error", "interrupted"})
 
@@ -76,7 +77,7 @@ def measured_study(loaded: LoadedStudy, *, feasible_only: bool = True) -> optuna
 def param_importances(loaded: LoadedStudy) -> dict[str, float]:
     """Optuna's importances (PED-ANOVA) over measured feasible trials, first objective."""
     study = measured_study(loaded)
-    if len(study.trials) < 2:
+    if len(study.trials) < MIN_TRIALS_FOR_IMPORTANCE:
         return {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # too few trials above the quantile: still usable
@@ -258,7 +259,10 @@ def importance_sentences(loaded: LoadedStudy) -> list[str]:
     importances = param_importances(loaded)
     measured = len(loaded.feasible_measured())
     if not importances:
-        return [f"Too few measured trials ({measured}) to rank the flags by importance."]
+        return [
+            f"Too few measured trials ({measured}, fewer than {MIN_TRIALS_FOR_IMPORTANCE}) "
+            "to rank the flags by importance."
+        ]
     ranked = sorted(importances.items(), key=lambda item: -item[1])
     top = ", ".join(f"{name} {share:.0%}" for name, share in ranked if share >= UNIMPORTANT_SHARE)
     sentences = [f"Importance over {measured} measured trials: {top}."]

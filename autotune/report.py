@@ -25,6 +25,7 @@ from autotune.compare import catalog_gpu, sim_config, study_plan
 from autotune.errors import InputError
 from autotune.explain import (
     GIB,
+    MIN_TRIALS_FOR_IMPORTANCE,
     explain,
     format_flag_value,
     measured_study,
@@ -259,7 +260,7 @@ def concurrency_figure(loaded: LoadedStudy) -> go.Figure | None:
                 marker={"size": 16, "color": colour, "symbol": "star"},
             )
     figure.update_layout(
-        title=f"Output throughput vs requests at once (source: {source})",
+        title=f"Output throughput vs requests at once<br><sup>source: {source}</sup>",
         xaxis_title="requests running at once",
         yaxis_title="output tok/s",
     )
@@ -306,7 +307,7 @@ def _optuna_figures(loaded: LoadedStudy) -> list[go.Figure]:
     target = _first_value
     name = loaded.info.primary_objective
     figures: list[go.Figure | None] = []
-    if len(study.trials) >= 2:
+    if len(study.trials) >= MIN_TRIALS_FOR_IMPORTANCE:
         figures.append(
             _figure(lambda: plot_param_importances(study, target=target, target_name=name))
         )

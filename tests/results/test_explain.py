@@ -5,7 +5,7 @@ import optuna
 from autotune.explain import explain, oom_sentences, param_importances
 from autotune.study_reader import load_study
 
-from .conftest import GIB, MODEL, build_study
+from .conftest import GIB, MODEL, Point, build_study
 
 
 def _text(storage_url: str) -> dict[str, str]:
@@ -114,3 +114,14 @@ def test_multi_objective_explanation_lists_the_pareto_trade_off(pareto_url: str)
     assert "One trial beats or equals every other on all objectives" in why
     for row in front:
         assert f"trial {row.number}: throughput {row.values[0]:,.2f}, latency" in why
+
+
+def test_few_measured_trials_are_not_ranked(storage_url: str) -> None:
+    points = [Point(6.0, "auto", 8, 0, baseline=True), Point(9.0, "fp8_e4m3", 16, 0)]
+    build_study(storage_url, "few", points=points)
+    loaded = load_study(storage_url)
+    assert param_importances(loaded) == {}
+    mattered = {s.title: s.sentences for s in explain(loaded)}["Which flags mattered"]
+    assert mattered == (
+        "Too few measured trials (2, fewer than 5) to rank the flags by importance.",
+    )
