@@ -97,6 +97,7 @@ class SimApi:
             Route("/v1/completions", self.completions, methods=["POST"]),
             Route("/v1/messages", self.messages, methods=["POST"]),
             Route("/v1/messages/count_tokens", self.count_tokens, methods=["POST"]),
+            Route("/tokenize", self.tokenize, methods=["POST"]),
         ]
         if self.args.dev_mode:
             routes.append(Route("/reset_prefix_cache", self.reset_prefix_cache, methods=["POST"]))
@@ -165,6 +166,16 @@ class SimApi:
         return JSONResponse(
             {"input_tokens": count, "context_management": {"original_input_tokens": count}}
         )
+
+    async def tokenize(self, request: Request) -> Response:
+        """vLLM's /tokenize: ``{"prompt"}`` or ``{"messages"}`` -> the token ids."""
+        try:
+            body = await self._body(request)
+            endpoint = "openai.chat" if "messages" in body else "openai.completions"
+            ids = self._prompt_ids(body, endpoint)
+        except BadRequest as exc:
+            return JSONResponse(shapes.openai_error(str(exc), exc.status, exc.kind), exc.status)
+        return JSONResponse({"count": len(ids), "max_model_len": self.max_model_len, "tokens": ids})
 
     async def _body(self, request: Request) -> dict[str, Any]:
         try:

@@ -255,3 +255,16 @@ def test_dev_mode_prefix_cache_reset(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("VLLM_SERVER_DEV_MODE", "1")
     cached, _ = _run(["--time-scale", "1000", "--enable-prefix-caching"], scenario)
     assert cached[0] > 0 and cached[1] == 0
+
+
+def test_tokenize_counts_like_the_generation_endpoints() -> None:
+    async def scenario(client: httpx.AsyncClient, api: Any) -> tuple[int, int, int, int]:
+        chat = (await client.post("/tokenize", json={"messages": CHAT})).json()
+        text = (await client.post("/tokenize", json={"prompt": "one two three"})).json()
+        body = _chat(max_tokens=1)
+        usage = (await client.post("/v1/chat/completions", json=body)).json()["usage"]
+        return chat["count"], len(chat["tokens"]), text["count"], usage["prompt_tokens"]
+
+    (chat_count, chat_ids, text_count, prompt_tokens), _ = _run(["--time-scale", "1000"], scenario)
+    assert chat_count == chat_ids == prompt_tokens
+    assert text_count == 3
