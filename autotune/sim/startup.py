@@ -37,6 +37,7 @@ ROUTES = (
     ("/version", "GET"),
     ("/health", "GET"),
     ("/metrics", "GET"),
+    ("/tokenize", "POST"),
     ("/v1/models", "GET"),
     ("/ping", "GET"),
     ("/ping", "POST"),
