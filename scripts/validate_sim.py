@@ -22,6 +22,7 @@ import numpy as np
 from autotune.replay.load import LoadSpec
 from autotune.replay.records import RequestRecord
 from autotune.sim.config import SimConfig
+from autotune.sim.engine import SimEngineCore, SimRequest
 from autotune.sim.memory import plan_memory
 from autotune.sim.predict import predict
 from autotune.sim.prompt import PromptRenderer
@@ -29,7 +30,7 @@ from autotune.sim.sweep import baseline_config, closed_loop_sweep
 from autotune.sim.units import GIB
 from autotune.workload.expand import expand
 from autotune.workload.gen import ClaudeCodeParams, claudecode
-from autotune.workload.plan import WorkloadPlan
+from autotune.workload.plan import PlannedRequest, WorkloadPlan
 
 CARD, QWEN = "rtx4080s-32g", "qwen3.6-27b-awq"
 CONCURRENCIES = [1, 4, 8, 16, 32]
@@ -227,6 +228,31 @@ def parallel_agents() -> None:
     )
 
 
+def first_turns() -> None:
+    print("## A Claude Code first turn, cold, then a new session warm from LMCache\n")
+    firsts: dict[str | None, PlannedRequest] = {}
+    for request in agent_plan(2).requests:
+        firsts.setdefault(request.session, request)
+    cold, warm = list(firsts.values())[:2]
+    config = baseline_config(CARD, QWEN, max_model_len=65536, lmcache=True)
+    engine = SimEngineCore(config)
+    renderer = PromptRenderer()
+    rows = []
+    for label, request, noted in (("cold", cold, 15.0), ("new session, warm", warm, 4.0)):
+        token_ids = renderer.render_array(request.system, request.messages, request.endpoint)
+        start_s = engine.clock_s
+        engine.add_request(SimRequest(request.id, token_ids, request.output_tokens))
+        ttft_s, cached = 0.0, 0
+        while engine.has_unfinished():
+            result = engine.step()
+            if result.outputs and not ttft_s:
+                ttft_s = result.start_s + result.duration_s - start_s
+                cached = result.outputs[0].num_cached_tokens
+        rows.append([label, len(token_ids), cached / len(token_ids), ttft_s, noted, ttft_s / noted])
+    table(["turn", "prompt tokens", "external hit", "ours TTFT s", "field notes s", "ratio"], rows)
+    print("Field notes: 0.0% GPU prefix hit, 77.1% external (LMCache) hit on the warm turn.\n")
+
+
 def replay_speed() -> None:
     print(f"## Prediction speed: {REPLAY_S:.0f}-s Claude Code replay (16 sessions)\n")
     plan = agent_plan(16)
@@ -310,6 +336,7 @@ def main() -> None:
     kv_ceiling()
     closed_loop(CARD, QWEN, {(1, 0): 37.0, (32, 0): 700.0})
     closed_loop("h100-80g", "llama-3.1-8b", {})
+    first_turns()
     parallel_agents()
     replay_speed()
     exhaustive_sweep(args.quick)
