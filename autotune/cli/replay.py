@@ -135,9 +135,7 @@ def replay_command(
     time_scale: Annotated[
         float, typer.Option(min=0.0, help="Replay recorded gaps and arrivals this many x faster.")
     ] = 1.0,
-    max_gap: Annotated[
-        str | None, typer.Option(help="Cap on a recorded gap, e.g. 30s.")
-    ] = "60s",
+    max_gap: Annotated[str | None, typer.Option(help="Cap on a recorded gap, e.g. 30s.")] = "60s",
     duration: Annotated[str | None, typer.Option(help="Stop sending after, e.g. 5m.")] = None,
     max_requests: Annotated[
         int | None, typer.Option(min=1, help="Stop sending after this many.")
