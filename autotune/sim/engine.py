@@ -12,7 +12,6 @@ engines in one process never interact. Two faces drive it: the HTTP server
 
 from __future__ import annotations
 
-import math
 import random
 from collections import deque
 from collections.abc import Sequence
@@ -23,32 +22,29 @@ import numpy as np
 from autotune.errors import InputError
 from autotune.sim.config import SimConfig
 from autotune.sim.hardware import get_gpu
+from autotune.sim.kv_cache import (
+    CACHE_UNIT_MIN_TOKENS,
+    KvCacheManager,
+    RequestState,
+    SimRequest,
+)
 from autotune.sim.memory import MemoryReport, plan_memory, torch_oom_text
 from autotune.sim.models import get_model
-from autotune.sim.prefix_cache import HostPrefixStore, PrefixCache, block_hashes
 from autotune.sim.timing import RooflineTimeModel, StepShape, StepTimeModel
 
-# Prefix-cache bookkeeping granularity: vLLM hashes every block, but a dense model's
-# 16-token blocks would cost thousands of Python dict operations per agent prompt, so
-# entries cover whole blocks of at least this many tokens (hits are rounded down to it;
-# hybrid models' attention blocks are larger, so they stay exact).
-CACHE_UNIT_MIN_TOKENS = 256
 MIN_NOISE_FACTOR = 0.05  # a noisy step never takes less than 5% of its modelled time
 MAX_RUN_STEPS = 4096  # longest decode run computed at once by decode_run()
 ACCEPTANCE_DECAY = 0.7  # per-position decay for draft positions beyond the catalog's list
 
-
-@dataclass
-class SimRequest:
-    """A request as the engine sees it: token ids and lengths, no text."""
-
-    request_id: str
-    prompt_token_ids: Sequence[int]
-    max_tokens: int
-    min_tokens: int = 0
-    ignore_eos: bool = True
-    cache_salt: str | None = None
-    arrival_s: float = 0.0  # informational: the engine schedules what it has been given
+__all__ = [
+    "CACHE_UNIT_MIN_TOKENS",
+    "DecodeRun",
+    "EngineCounters",
+    "SimEngineCore",
+    "SimRequest",
+    "StepResult",
+    "TokenOutput",
+]  # SimRequest and the unit size live in kv_cache.py
 
 
 @dataclass
@@ -108,30 +104,9 @@ class EngineCounters:
     kv_cache_usage: float = 0.0  # 0..1
 
 
-@dataclass(slots=True, eq=False)  # identity: the scheduler compares states by object
-class _Running:
-    """Scheduler state of one request."""
-
-    request: SimRequest
-    token_ids: np.ndarray
-    num_prompt: int
-    max_tokens: int
-    num_computed: int = 0  # tokens whose KV is in the cache
-    num_output: int = 0
-    num_cached: int | None = None  # hits at first scheduling
-    hashes: list[int] | None = None  # full prompt cache units
-    pinned: list[int] = field(default_factory=list)  # prefix-cache entries held (units)
-    num_positions: int = 0  # attention block positions held (pinned ones included)
-    holds_state: bool = False
-
-    @property
-    def num_known(self) -> int:
-        return self.num_prompt + self.num_output
-
-
 @dataclass(slots=True, eq=False)
 class _Scheduled:
-    running: _Running
+    running: RequestState
     num_new: int
     num_drafts: int
     external_tokens: int = 0
@@ -161,18 +136,7 @@ class SimEngineCore:
         )
         self._rng = random.Random(seed)
         self._noise = noise
-        self._block_size = self.memory.block_size
-        self._groups = self.memory.num_attention_groups
-        # Cache entries span whole blocks, at least CACHE_UNIT_MIN_TOKENS (see the constant).
-        self._unit_positions = max(1, math.ceil(CACHE_UNIT_MIN_TOKENS / self._block_size))
-        self._unit_tokens = self._unit_positions * self._block_size
-        self._entry_blocks = self._unit_positions * self._groups
-        self._state_blocks = self.memory.state_blocks_per_request
-        self._total_blocks = max(self.memory.num_gpu_blocks - 1, 0)  # one null block
-        self._private_blocks = 0
-        self._caching = self.memory.enable_prefix_caching
-        self._cache = PrefixCache()
-        self._host = HostPrefixStore() if config.lmcache else None
+        self._kv = KvCacheManager(self.memory, lmcache=config.lmcache)
         self._num_spec = config.num_speculative_tokens
         self._acceptance = self._conditional_acceptance(
             next(
@@ -181,9 +145,9 @@ class SimEngineCore:
                 if rates is not None
             )
         )
-        self._waiting: deque[_Running] = deque()
-        self._running: list[_Running] = []
-        self._by_id: dict[str, _Running] = {}
+        self._waiting: deque[RequestState] = deque()
+        self._running: list[RequestState] = []
+        self._by_id: dict[str, RequestState] = {}
         self._dead: str | None = None
 
     # ----------------------------------------------------------------- requests
@@ -199,7 +163,7 @@ class SimEngineCore:
             )
         if request.request_id in self._by_id:
             raise InputError(f"duplicate request id {request.request_id!r}")
-        state = _Running(
+        state = RequestState(
             request=request,
             token_ids=np.asarray(request.prompt_token_ids, dtype=np.int64),
             num_prompt=num_prompt,
@@ -218,7 +182,7 @@ class SimEngineCore:
             self._running.remove(state)
         else:
             self._waiting.remove(state)
-        self._free(state)
+        self._kv.free(state)
         self._update_gauges()
 
     def has_unfinished(self) -> bool:
@@ -230,62 +194,11 @@ class SimEngineCore:
 
     def reset_prefix_cache(self) -> int:
         """Drop every unpinned cached block (vLLM's /reset_prefix_cache); returns how many."""
-        return self._cache.clear()
+        return self._kv.reset_prefix_cache()
 
-    # ------------------------------------------------------------------- blocks
-    def _used_blocks(self) -> int:
-        return self._private_blocks + len(self._cache) * self._entry_blocks
-
-    def _allocate(self, num_blocks: int) -> bool:
-        """Take ``num_blocks`` from the pool, evicting cached blocks if needed."""
-        free = self._total_blocks - self._used_blocks()
-        if free < num_blocks:
-            shortfall = math.ceil((num_blocks - free) / self._entry_blocks)
-            if self._cache.num_evictable < shortfall:
-                return False
-            self._cache.evict(shortfall)
-        self._private_blocks += num_blocks
-        return True
-
-    def _free(self, state: _Running) -> None:
-        private = (state.num_positions - len(state.pinned) * self._unit_positions) * self._groups
-        if state.holds_state:
-            private += self._state_blocks
-        self._private_blocks -= private
-        if state.pinned:
-            self._cache.release(state.pinned)
-        if self._host is not None and state.hashes:
-            self._host.store(state.hashes[: state.num_computed // self._unit_tokens])
-        state.pinned = []
-        state.num_positions = 0
-        state.holds_state = False
-
-    def _grow(self, state: _Running, num_tokens: int) -> bool:
-        """Hold enough positions for ``num_tokens`` of context (state blocks included)."""
-        positions = math.ceil(num_tokens / self._block_size)
-        needed = (positions - state.num_positions) * self._groups
-        if not state.holds_state:
-            needed += self._state_blocks
-        if needed > 0 and not self._allocate(needed):
-            return False
-        state.num_positions = max(positions, state.num_positions)
-        state.holds_state = True
-        return True
-
-    def _cache_full_blocks(self, state: _Running) -> None:
-        """Turn the request's newly filled prompt blocks into cache entries."""
-        hashes = state.hashes
-        if not self._caching or hashes is None or len(state.pinned) == len(hashes):
-            return
-        filled = min(state.num_computed // self._unit_tokens, len(state.hashes))
-        for index in range(len(state.pinned), filled):
-            self._cache.insert(state.hashes[index])
-            state.pinned.append(state.hashes[index])
-            self._private_blocks -= self._entry_blocks  # now counted as a cache entry
-
-    def _preempt(self, state: _Running) -> None:
+    def _preempt(self, state: RequestState) -> None:
         self._running.remove(state)
-        self._free(state)
+        self._kv.free(state)
         state.num_computed = 0
         self._waiting.appendleft(state)
         self.counters.num_preemptions += 1
@@ -303,45 +216,18 @@ class SimEngineCore:
             previous = rate
         return conditional
 
-    def _first_schedule(self, state: _Running) -> tuple[int, int]:
-        """Prefix lookup for a waiting request: (local, external) cache units it can skip.
-
-        Pins the local hits; ``_undo_first_schedule`` unpins them if the
-        request cannot be admitted after all.
-        """
-        if state.hashes is None and (self._caching or self._host is not None):
-            state.hashes = block_hashes(
-                state.token_ids, self._unit_tokens, salt=state.request.cache_salt
-            )
-        hashes = state.hashes or []
-        # At least one prompt token is always computed.
-        max_hit = (state.num_known - 1) // self._unit_tokens
-        candidates = hashes[: min(max_hit, len(hashes))]
-        local = self._cache.match(candidates) if self._caching else 0
-        external = self._host.match(candidates, local) if self._host is not None else 0
-        if local:
-            self._cache.acquire(candidates[:local])
-            state.pinned = list(candidates[:local])
-            state.num_positions = local * self._unit_positions
-        return local, external
-
-    def _record_lookup(self, state: _Running, local: int, external: int) -> None:
+    def _record_lookup(self, state: RequestState, local: int, external: int) -> None:
         """Count an admitted request's prefix lookup, as vLLM's metrics do (in tokens)."""
         counters = self.counters
-        if self._caching:
+        unit = self._kv.unit_tokens
+        if self._kv.caching:
             counters.prefix_cache_queries += state.num_prompt
-            counters.prefix_cache_hits += local * self._unit_tokens
-        if self._host is not None:
-            counters.external_prefix_cache_queries += state.num_prompt - local * self._unit_tokens
-            counters.external_prefix_cache_hits += external * self._unit_tokens
+            counters.prefix_cache_hits += local * unit
+        if self._kv.has_host_store:
+            counters.external_prefix_cache_queries += state.num_prompt - local * unit
+            counters.external_prefix_cache_hits += external * unit
         if state.num_cached is None:
-            state.num_cached = (local + external) * self._unit_tokens
-
-    def _undo_first_schedule(self, state: _Running) -> None:
-        if state.pinned:
-            self._cache.release(state.pinned)
-        state.pinned = []
-        state.num_positions = 0
+            state.num_cached = (local + external) * unit
 
     def _schedule(self) -> list[_Scheduled]:
         budget = self.memory.max_num_batched_tokens
@@ -355,11 +241,10 @@ class SimEngineCore:
             num_new = min(remaining + drafts, budget)
             if num_new < remaining + drafts:
                 drafts = max(0, num_new - remaining)
-            fits = state.holds_state and (
-                state.num_computed + num_new <= state.num_positions * self._block_size
-            )
+            needed_tokens = state.num_computed + num_new
+            fits = self._kv.holds(state, needed_tokens)
             lost = False
-            while not fits and not self._grow(state, state.num_computed + num_new):
+            while not fits and not self._kv.grow(state, needed_tokens):
                 victim = self._running[-1]
                 self._preempt(victim)
                 preempted = True
@@ -378,18 +263,18 @@ class SimEngineCore:
             and len(self._running) < self.memory.max_num_seqs
         ):
             state = self._waiting[0]
-            local, external = self._first_schedule(state)
-            computed = (local + external) * self._unit_tokens
+            local, external = self._kv.lookup(state)
+            computed = (local + external) * self._kv.unit_tokens
             num_new = min(state.num_known - computed, budget)
             state.num_computed = computed
-            if not self._grow(state, computed + num_new):
-                self._undo_first_schedule(state)
+            if not self._kv.grow(state, computed + num_new):
+                self._kv.undo_lookup(state)
                 state.num_computed = 0
                 break
             self._record_lookup(state, local, external)
             self._waiting.popleft()
             self._running.append(state)
-            scheduled.append(_Scheduled(state, num_new, 0, external * self._unit_tokens))
+            scheduled.append(_Scheduled(state, num_new, 0, external * self._kv.unit_tokens))
             budget -= num_new
         return scheduled
 
@@ -465,7 +350,7 @@ class SimEngineCore:
         remaining = state.num_known - state.num_computed
         if item.num_new - item.num_drafts < remaining:  # a prefill chunk, no token yet
             state.num_computed += item.num_new
-            self._cache_full_blocks(state)
+            self._kv.cache_full_blocks(state)
             return None
         accepted = 0
         if item.num_drafts:
@@ -481,12 +366,12 @@ class SimEngineCore:
         state.num_computed += remaining + min(accepted, new_tokens - 1)
         state.num_output += new_tokens
         counters.generation_tokens += new_tokens
-        self._cache_full_blocks(state)
+        self._kv.cache_full_blocks(state)
         finished = state.num_output >= state.max_tokens
         if finished:
             self._running.remove(state)
             del self._by_id[state.request.request_id]
-            self._free(state)
+            self._kv.free(state)
         return TokenOutput(
             request_id=state.request.request_id,
             new_tokens=new_tokens,
@@ -526,12 +411,10 @@ class SimEngineCore:
         )
         if steps < 2 or transient > memory.headroom_bytes:
             return None
-        computed = np.fromiter((s.num_computed for s in running), np.int64, num_seqs)
-        positions = np.fromiter((s.num_positions for s in running), np.int64, num_seqs)
-        steps = self._steps_without_eviction(computed, positions, steps)
+        steps = self._kv.steps_without_eviction(running, steps)
         if steps < 2:
             return None
-        context = int(computed.sum())
+        context = sum(state.num_computed for state in running)
         ends: list[float] = []
         clock_s = self.clock_s
         for index in range(steps):
@@ -552,12 +435,7 @@ class SimEngineCore:
         taken = len(ends)
         if taken == 0:
             return None
-        new_positions = -(-(computed + taken) // self._block_size)
-        self._private_blocks += int((new_positions - positions).clip(min=0).sum()) * self._groups
-        for state, position in zip(running, new_positions.tolist(), strict=True):
-            state.num_computed += taken
-            state.num_output += taken
-            state.num_positions = max(state.num_positions, position)
+        self._kv.decode_tokens(running, taken)
         self.counters.generation_tokens += taken * num_seqs
         start_s = self.clock_s
         self.clock_s = clock_s
@@ -568,31 +446,8 @@ class SimEngineCore:
             request_ids=[state.request.request_id for state in running],
         )
 
-    def _steps_without_eviction(
-        self, computed: np.ndarray, positions: np.ndarray, steps: int
-    ) -> int:
-        """The most decode steps (<= ``steps``) whose new blocks fit in the free pool."""
-        free = self._total_blocks - self._used_blocks()
-
-        def needed(count: int) -> int:
-            grown = -(-(computed + count) // self._block_size) - positions
-            return int(grown.clip(min=0).sum()) * self._groups
-
-        if needed(steps) <= free:
-            return steps
-        low, high = 0, steps  # needed(low) fits, needed(high) does not
-        while high - low > 1:
-            middle = (low + high) // 2
-            if needed(middle) <= free:
-                low = middle
-            else:
-                high = middle
-        return low
-
     def _update_gauges(self) -> None:
         counters = self.counters
         counters.num_running = len(self._running)
         counters.num_waiting = len(self._waiting)
-        if self._total_blocks:
-            in_use = self._used_blocks() - self._cache.num_evictable * self._entry_blocks
-            counters.kv_cache_usage = in_use / self._total_blocks
+        counters.kv_cache_usage = self._kv.usage()
