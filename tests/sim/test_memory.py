@@ -157,3 +157,26 @@ def test_rejected_configurations_name_the_problem(
 def test_speculation_needs_a_draft_head() -> None:
     with pytest.raises(InputError, match="speculative"):
         plan_memory(SimConfig(hardware="h100-80g", model="qwen3-32b-awq", num_speculative_tokens=1))
+
+
+def test_hopper_aligns_hybrid_blocks_to_the_gdn_prefill_checkpoint() -> None:
+    ada = plan_memory(qwen(kv_cache_memory_bytes=9 * GIB, enable_prefix_caching=True))
+    hopper = plan_memory(
+        SimConfig(
+            hardware="h100-80g",
+            model=QWEN,
+            kv_cache_memory_bytes=9 * GIB,
+            enable_prefix_caching=True,
+        )
+    )
+    assert ada.block_size == 784  # 16 x 49
+    assert hopper.block_size == 832  # lcm(16, 64) = 64 -> 64 x 13
+
+
+def test_packed_kv_dtypes_hold_more_tokens_than_fp8() -> None:
+    llama = {"hardware": "h100-80g", "model": "llama-3.1-8b", "kv_cache_memory_bytes": 8 * GIB}
+    fp8 = plan_memory(SimConfig.model_validate({**llama, "kv_cache_dtype": "fp8"}))
+    packed = plan_memory(SimConfig.model_validate({**llama, "kv_cache_dtype": "turboquant_k8v4"}))
+    bf16 = plan_memory(SimConfig.model_validate(llama))
+    assert fp8.kv_cache_tokens == pytest.approx(2 * bf16.kv_cache_tokens, rel=0.01)
+    assert packed.kv_cache_tokens > 1.25 * fp8.kv_cache_tokens
