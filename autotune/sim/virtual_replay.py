@@ -18,21 +18,13 @@ import numpy as np
 from autotune.errors import InputError
 from autotune.replay.load import LoadSpec
 from autotune.replay.records import RequestError, RequestRecord
+from autotune.replay.runner import rising_without_bound
 from autotune.replay.stats import ItlHistogram
 from autotune.sim.engine import DecodeRun, SimEngineCore, SimRequest, StepResult
 from autotune.sim.prompt import PromptRenderer
 from autotune.workload.plan import PlannedRequest, WorkloadPlan
 
 SCRAPE_INTERVAL_S = 5.0  # the replayer's default /metrics interval, in modelled seconds
-SATURATION_SCRAPES = 4  # as autotune/replay/runner.py
-SATURATION_MIN_QUEUE = 8
-
-
-def _rising_without_bound(history: list[int]) -> bool:
-    recent = history[-(SATURATION_SCRAPES + 1) :]
-    if len(recent) <= SATURATION_SCRAPES or recent[-1] < SATURATION_MIN_QUEUE:
-        return False
-    return all(later > earlier for earlier, later in itertools.pairwise(recent))
 
 
 class _Flight:
@@ -264,11 +256,11 @@ class VirtualReplay:
             backlog.append(len(self._flights))
         if not self.load.saturation_stop or self.stop_reason is not None:
             return
-        if _rising_without_bound(history):
+        if rising_without_bound(history):
             self.stop_reason = (
                 f"saturated: server waiting queue rose to {history[-1]} over successive scrapes"
             )
-        elif _rising_without_bound(backlog):
+        elif rising_without_bound(backlog):
             self.stop_reason = (
                 f"saturated: {backlog[-1]} requests unanswered and rising (open loop)"
             )
