@@ -86,12 +86,11 @@ async def _monitor(
         await asyncio.sleep(interval_s)
         if scraping:
             try:
-                text = await scrape(client, url)
+                kept = gauge_lines(await scrape(client, url))
+                queued = parse_metrics(kept).get("vllm:num_requests_waiting")
             except ReplayError:
-                continue  # a missed scrape only loses a peak sample
-            kept = gauge_lines(text)
+                continue  # a missed or garbled scrape only loses a peak sample
             samples.append(kept)
-            queued = parse_metrics(kept).get("vllm:num_requests_waiting")
             if queued is not None:
                 waiting.append(round(sum(sample.value for sample in queued)))
         if run.load.mode == "trace":
