@@ -151,3 +151,13 @@ def test_working_set_is_the_largest_sessions_side_by_side() -> None:
     assert working_set_tokens(plan, LoadSpec(mode="sessions", concurrency=2)) == 24
     assert working_set_tokens(plan, LoadSpec(mode="sessions", concurrency=8)) == 36
     assert working_set_tokens(plan, LoadSpec(mode="concurrency")) is None
+
+
+@pytest.mark.parametrize("endpoint", ["openai.chat", "openai.completions", "anthropic.messages"])
+def test_every_endpoint_streams_exact_lengths(stub_url: str, endpoint: str) -> None:
+    plan = make_plan(sessions=3, output_tokens=5, endpoint=endpoint)  # type: ignore[arg-type]
+    result = _replay(stub_url, plan, LoadSpec(mode="concurrency", concurrency=3))
+    assert result.stats.failed == 0
+    assert all(r.output_tokens == 5 and r.chunks == 5 for r in result.records)
+    assert all(r.prompt_tokens and r.finish_reason for r in result.records)
+    assert result.server_stats is not None and result.server_stats.generation_tokens == 15
