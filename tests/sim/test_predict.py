@@ -157,3 +157,12 @@ def test_closed_loop_anchors_from_the_field_notes() -> None:
     assert 450 <= tok_s[32, 0] <= 900  # ~700 tok/s aggregate at 32
     assert tok_s[1, 2] > 1.3 * tok_s[1, 0]  # MTP helps a lot at low concurrency
     assert tok_s[32, 2] < 1.1 * tok_s[32, 0]  # ... and not at 32
+
+
+def test_overload_stops_early_like_the_replayer() -> None:
+    plan = expand(chat(ChatParams(requests=1000, rate_rps=20.0, prompt_tokens_median=800)))
+    prediction = predict(QWEN, plan, LoadSpec(mode="trace"))
+    assert prediction.failure is None
+    assert prediction.stats.stopped_early is not None
+    assert prediction.stats.stopped_early.startswith("saturated")
+    assert len(prediction.records) < 1000
