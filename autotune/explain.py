@@ -22,6 +22,7 @@ from autotune.study_reader import OOM_OUTCOMES, LoadedStudy, TrialRow
 GIB = 1 << 30
 UNIMPORTANT_SHARE = 0.05  # a parameter with under 5% of the importance "did not matter"
 LOW_CONCURRENCY_REQUESTS = 8  # the field notes' split for where MTP pays off
+LONG_LIST = 6  # lists longer than this are shortened in sentences
 MIN_TRIALS_FOR_IMPORTANCE = 5  # PED-ANOVA's docs ask for at least 5 good trials; fewer is noise
 # Our own failures (autotune's, not the server's) say nothing about memory.
 NOT_RUN = frozenset({None, "error", "interrupted"})
@@ -35,13 +36,18 @@ class Section(BaseModel):
 
 
 def format_flag_value(name: str, value: Any) -> str:
-    """A flag value for people: byte counts in GiB, dicts compact."""
+    """A flag value for people: byte counts in GiB, dicts compact, long lists shortened."""
+    if value is None:
+        return "unset"
     if isinstance(value, bool):
         return "on" if value else "off"
     if name.endswith("-bytes") and isinstance(value, int | float):
         return f"{gib_text(value / GIB)} GiB"
     if isinstance(value, dict):
-        return ", ".join(f"{k}={v}" for k, v in value.items())
+        return ", ".join(f"{k}={format_flag_value(k, v)}" for k, v in value.items())
+    if isinstance(value, list) and len(value) > LONG_LIST:
+        head = ", ".join(str(v) for v in value[:3])
+        return f"[{head}, ..., {value[-1]}] ({len(value)} values)"
     return str(value)
 
 

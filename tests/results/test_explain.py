@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import optuna
 
-from autotune.explain import explain, oom_sentences, param_importances
+from autotune.explain import explain, format_flag_value, oom_sentences, param_importances
 from autotune.study_reader import load_study
 
 from .conftest import GIB, MODEL, Point, build_study
@@ -124,4 +124,16 @@ def test_few_measured_trials_are_not_ranked(storage_url: str) -> None:
     mattered = {s.title: s.sentences for s in explain(loaded)}["Which flags mattered"]
     assert mattered == (
         "Too few measured trials (2, fewer than 5) to rank the flags by importance.",
+    )
+
+
+def test_flag_values_read_as_people_write_them() -> None:
+    assert format_flag_value("kv-cache-memory-bytes", 12 << 30) == "12 GiB"
+    assert format_flag_value("kv-cache-memory-bytes", int(11.25 * GIB)) == "11.25 GiB"
+    assert format_flag_value("speculative-config", None) == "unset"
+    assert format_flag_value("enable-prefix-caching", False) == "off"
+    sizes = {"cudagraph_capture_sizes": [1, 2, 4, *range(8, 217, 8)]}
+    assert (
+        format_flag_value("compilation-config", sizes)
+        == "cudagraph_capture_sizes=[1, 2, 4, ..., 216] (30 values)"
     )
