@@ -73,7 +73,9 @@ class RichProgress:
 
     def on_request_done(self, record: RequestRecord, done: int, total: int | None) -> None:
         self.requests_done, self.requests_total = done, total
-        if total:
+        if not record.in_window:
+            self.phase = f"warming up ({done} requests)"
+        elif total:
             self.phase = f"replaying {100 * done / total:.0f}%"
         else:
             self.phase = f"replaying ({done} requests)"
