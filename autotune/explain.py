@@ -72,11 +72,26 @@ def kv_pool_gib(row: TrialRow) -> float | None:
 
 
 def measured_study(loaded: LoadedStudy, *, feasible_only: bool = True) -> optuna.Study:
-    """An in-memory copy holding only measured trials, so placeholder values do not count."""
+    """An in-memory copy in which only measured trials count, so placeholder values do not.
+
+    Every other trial is copied as FAIL (which plots and importances skip), so
+    trial numbers stay those of the stored study.
+    """
     copy = optuna.create_study(directions=loaded.study.directions)
     rows = loaded.feasible_measured() if feasible_only else loaded.trials
     keep = {row.number for row in rows if row.measured and row.values}
-    copy.add_trials([t for t in loaded.study.get_trials(deepcopy=False) if t.number in keep])
+    copy.add_trials(
+        [
+            trial
+            if trial.number in keep
+            else optuna.trial.create_trial(
+                state=optuna.trial.TrialState.FAIL,
+                params=trial.params,
+                distributions=trial.distributions,
+            )
+            for trial in loaded.study.get_trials(deepcopy=False)
+        ]
+    )
     return copy
 
 

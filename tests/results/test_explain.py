@@ -2,7 +2,13 @@ from __future__ import annotations
 
 import optuna
 
-from autotune.explain import explain, format_flag_value, oom_sentences, param_importances
+from autotune.explain import (
+    explain,
+    format_flag_value,
+    measured_study,
+    oom_sentences,
+    param_importances,
+)
 from autotune.study_reader import load_study
 
 from .conftest import GIB, MODEL, Point, build_study
@@ -137,3 +143,10 @@ def test_flag_values_read_as_people_write_them() -> None:
         format_flag_value("compilation-config", sizes)
         == "cudagraph_capture_sizes=[1, 2, 4, ..., 216] (30 values)"
     )
+
+
+def test_measured_copy_keeps_trial_numbers(study_url: str) -> None:
+    copy = measured_study(load_study(study_url))
+    complete = [t.number for t in copy.trials if t.state.name == "COMPLETE"]
+    assert complete == [0, 1, 2, 3, 6, 7, 10, 12]  # the ok ones; SLO-missed, OOM, crash skipped
+    assert copy.best_trial.number == 7
