@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -30,6 +30,7 @@ from autotune.sim.kv_cache import (
 )
 from autotune.sim.memory import MemoryReport, plan_memory, torch_oom_text
 from autotune.sim.models import get_model
+from autotune.sim.step_results import DecodeRun, EngineCounters, StepResult, TokenOutput
 from autotune.sim.timing import RooflineTimeModel, StepShape, StepTimeModel
 
 MIN_NOISE_FACTOR = 0.05  # a noisy step never takes less than 5% of its modelled time
@@ -44,64 +45,7 @@ __all__ = [
     "SimRequest",
     "StepResult",
     "TokenOutput",
-]  # SimRequest and the unit size live in kv_cache.py
-
-
-@dataclass
-class TokenOutput:
-    """Tokens one request produced in one step."""
-
-    request_id: str
-    new_tokens: int
-    finished: bool
-    finish_reason: str | None
-    num_prompt_tokens: int
-    num_cached_tokens: int  # prefix-cache hits (local + external), known once scheduled
-
-
-@dataclass
-class StepResult:
-    """One engine iteration: when it started, how long it took, what it produced."""
-
-    start_s: float
-    duration_s: float
-    outputs: list[TokenOutput]
-    oom: str | None = None  # vLLM's OOM text: this step's transients exceeded the headroom
-    num_prefill_tokens: int = 0
-    num_decode_tokens: int = 0
-
-
-@dataclass
-class DecodeRun:
-    """Several pure-decode steps run at once: every listed request got one token per step."""
-
-    start_s: float
-    step_end_s: np.ndarray  # clock at the end of each step
-    request_ids: list[str]
-
-    @property
-    def num_steps(self) -> int:
-        return len(self.step_end_s)
-
-
-@dataclass
-class EngineCounters:
-    """Cumulative counters and current gauges, as vLLM's /metrics exposes them."""
-
-    prompt_tokens: int = 0
-    generation_tokens: int = 0
-    prefix_cache_queries: int = 0
-    prefix_cache_hits: int = 0
-    external_prefix_cache_queries: int = 0
-    external_prefix_cache_hits: int = 0
-    num_preemptions: int = 0
-    spec_decode_num_drafts: int = 0
-    spec_decode_num_draft_tokens: int = 0
-    spec_decode_num_accepted_tokens: int = 0
-    spec_decode_accepted_per_pos: list[int] = field(default_factory=list)
-    num_running: int = 0
-    num_waiting: int = 0
-    kv_cache_usage: float = 0.0  # 0..1
+]  # defined in kv_cache.py and step_results.py
 
 
 @dataclass(slots=True, eq=False)
@@ -306,9 +250,7 @@ class SimEngineCore:
                 transient, get_gpu(self.config.hardware), self.memory.headroom_bytes
             )
             return StepResult(start_s, 0.0, [], oom=self._dead)
-        duration_s = self._time_model.step_time_s(shape)
-        if self._noise > 0:
-            duration_s *= max(MIN_NOISE_FACTOR, 1.0 + self._noise * self._rng.gauss(0.0, 1.0))
+        duration_s = self._noisy(shape)
         outputs = [output for item in scheduled if (output := self._advance(item)) is not None]
         self.clock_s = start_s + duration_s
         self._update_gauges()
@@ -385,32 +327,36 @@ class SimEngineCore:
     def decode_run(self, until_s: float, *, max_steps: int = MAX_RUN_STEPS) -> DecodeRun | None:
         """Run the coming steps at once while they are plain decode steps.
 
-        A plain decode step: every running request decodes one token, none
-        finishes, no request waits for admission, no draft tokens, no new block
+        A plain decode step: every running request decodes (1 token plus its
+        drafts), none finishes, no request waits for admission, no new block
         needs an eviction. Steps start before ``until_s`` (the caller's next
         event). Returns None when the next step is not plain: call ``step()``.
-        The predictor's fast path; the result equals as many ``step()`` calls.
+        The predictor's fast path; the result equals as many ``step()`` calls
+        (same clock, counters and random draws).
         """
         running = self._running
-        if self._dead is not None or self._num_spec or not running:
+        if self._dead is not None or not running or self.clock_s >= until_s:
             return None
         if self._waiting and len(running) < self.memory.max_num_seqs:
             return None
-        if self.clock_s >= until_s:
-            return None
-        steps = max_steps
-        for state in running:
-            if state.num_known - state.num_computed != 1:
-                return None
-            steps = min(steps, state.max_tokens - state.num_output - 1)
+        per_seq = 1 + self._num_spec
         num_seqs = len(running)
         memory = self.memory
         transient = (
-            memory.transient_prefill_bytes_per_token * num_seqs
+            memory.transient_prefill_bytes_per_token * num_seqs * per_seq
             + memory.transient_bytes_per_seq * num_seqs
         )
-        if steps < 2 or transient > memory.headroom_bytes:
+        if num_seqs * per_seq > memory.max_num_batched_tokens or transient > memory.headroom_bytes:
             return None
+        steps = max_steps
+        for state in running:
+            if state.num_known - state.num_computed != 1 or state.num_output == 0:
+                return None
+            steps = min(steps, (state.max_tokens - state.num_output - 1) // per_seq)
+        if steps < 2:
+            return None
+        if self._num_spec:
+            return self._speculative_run(until_s, steps)
         steps = self._kv.steps_without_eviction(running, steps)
         if steps < 2:
             return None
@@ -420,30 +366,91 @@ class SimEngineCore:
         for index in range(steps):
             if clock_s >= until_s:
                 break
-            shape = StepShape(
-                num_seqs=num_seqs,
-                num_prefill_tokens=0,
-                num_decode_tokens=num_seqs,
-                context_tokens=context + index * num_seqs,
-                attention_pairs=context + index * num_seqs + num_seqs / 2,
+            clock_s += self._noisy(
+                StepShape(
+                    num_seqs=num_seqs,
+                    num_prefill_tokens=0,
+                    num_decode_tokens=num_seqs,
+                    context_tokens=context + index * num_seqs,
+                    attention_pairs=context + index * num_seqs + num_seqs / 2,
+                )
             )
-            duration_s = self._time_model.step_time_s(shape)
-            if self._noise > 0:
-                duration_s *= max(MIN_NOISE_FACTOR, 1.0 + self._noise * self._rng.gauss(0.0, 1.0))
-            clock_s += duration_s
             ends.append(clock_s)
-        taken = len(ends)
-        if taken == 0:
+        self._kv.decode_tokens(running, len(ends))
+        self.counters.generation_tokens += len(ends) * num_seqs
+        return self._finish_run(ends, [len(ends)] * num_seqs)
+
+    def _speculative_run(self, until_s: float, steps: int) -> DecodeRun | None:
+        """``decode_run`` with MTP drafts: acceptance drawn per request and step, in order."""
+        running = self._running
+        num_seqs, k = len(running), self._num_spec
+        per_seq = 1 + k
+        block_size = self._kv.block_size
+        counters = self.counters
+        per_position = counters.spec_decode_accepted_per_pos
+        acceptance = self._acceptance[:k]
+        draw = self._rng.random
+        tokens = [0] * num_seqs
+        ends: list[float] = []
+        clock_s = self.clock_s
+        context = sum(state.num_computed for state in running)
+        for _ in range(steps):
+            growing = [
+                state
+                for state in running
+                if state.num_computed + per_seq > state.num_positions * block_size
+            ]
+            if clock_s >= until_s or (growing and not self._kv.fits_decode(growing, per_seq)):
+                break
+            for state in growing:
+                self._kv.grow(state, state.num_computed + per_seq)
+            clock_s += self._noisy(
+                StepShape(
+                    num_seqs=num_seqs,
+                    num_prefill_tokens=0,
+                    num_decode_tokens=num_seqs * per_seq,
+                    context_tokens=context,
+                    attention_pairs=per_seq * (context + num_seqs * per_seq / 2),
+                    num_spec_seqs=num_seqs,
+                    num_draft_passes=k,
+                )
+            )
+            for index, state in enumerate(running):
+                accepted = 0
+                for probability in acceptance:
+                    if draw() >= probability:
+                        break
+                    per_position[accepted] += 1
+                    accepted += 1
+                state.num_computed += 1 + accepted
+                state.num_output += 1 + accepted
+                tokens[index] += 1 + accepted
+                context += 1 + accepted
+            ends.append(clock_s)
+        if not ends:
             return None
-        self._kv.decode_tokens(running, taken)
-        self.counters.generation_tokens += taken * num_seqs
+        emitted = sum(tokens)
+        counters.spec_decode_num_drafts += num_seqs * len(ends)
+        counters.spec_decode_num_draft_tokens += num_seqs * k * len(ends)
+        counters.spec_decode_num_accepted_tokens += emitted - num_seqs * len(ends)
+        counters.generation_tokens += emitted
+        return self._finish_run(ends, tokens)
+
+    def _noisy(self, shape: StepShape) -> float:
+        duration_s = self._time_model.step_time_s(shape)
+        if self._noise > 0:
+            duration_s *= max(MIN_NOISE_FACTOR, 1.0 + self._noise * self._rng.gauss(0.0, 1.0))
+        return duration_s
+
+    def _finish_run(self, ends: list[float], tokens: list[int]) -> DecodeRun:
         start_s = self.clock_s
-        self.clock_s = clock_s
+        self.clock_s = ends[-1]
         self._update_gauges()
         return DecodeRun(
             start_s=start_s,
             step_end_s=np.array(ends),
-            request_ids=[state.request.request_id for state in running],
+            request_ids=[state.request.request_id for state in self._running],
+            tokens=tokens,
         )
 
     def _update_gauges(self) -> None:

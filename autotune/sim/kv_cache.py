@@ -193,6 +193,14 @@ class KvCacheManager:
                 high = middle
         return low
 
+    def fits_decode(self, running: Sequence[RequestState], num_tokens: int) -> bool:
+        """Whether every request can take ``num_tokens`` more without evicting anything."""
+        needed = 0
+        for state in running:
+            positions = -(-(state.num_computed + num_tokens) // self.block_size)
+            needed += max(0, positions - state.num_positions) * self._groups
+        return needed <= self._total_blocks - self.used_blocks()
+
     def decode_tokens(self, running: Sequence[RequestState], count: int) -> None:
         """Every request decoded ``count`` tokens (checked to fit by steps_without_eviction)."""
         for state in running:

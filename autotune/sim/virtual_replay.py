@@ -221,14 +221,14 @@ class VirtualReplay:
         ends = run.step_end_s
         later_gaps = np.diff(ends)  # shared by every request of the run
         first_end_s, last_end_s = float(ends[0]), float(ends[-1])
-        for request_id in run.request_ids:
+        for request_id, tokens in zip(run.request_ids, run.tokens, strict=True):
             flight = self._flights.get(request_id)
             if flight is None:
                 continue
             flight.gaps.append(first_end_s - flight.last_s)
             flight.gap_runs.append(later_gaps)
             flight.last_s = last_end_s
-            flight.tokens += run.num_steps
+            flight.tokens += tokens
             flight.chunks += run.num_steps
 
     def _next_event_s(self) -> float:
