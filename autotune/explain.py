@@ -97,9 +97,9 @@ def measured_study(loaded: LoadedStudy, *, feasible_only: bool = True) -> optuna
 
 def param_importances(loaded: LoadedStudy) -> dict[str, float]:
     """Optuna's importances (PED-ANOVA) over measured feasible trials, first objective."""
-    study = measured_study(loaded)
-    if len(study.trials) < MIN_TRIALS_FOR_IMPORTANCE:
+    if len(loaded.feasible_measured()) < MIN_TRIALS_FOR_IMPORTANCE:
         return {}
+    study = measured_study(loaded)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # too few trials above the quantile: still usable
         try:

@@ -307,7 +307,7 @@ def _optuna_figures(loaded: LoadedStudy) -> list[go.Figure]:
     target = _first_value
     name = loaded.info.primary_objective
     figures: list[go.Figure | None] = []
-    if len(study.trials) >= MIN_TRIALS_FOR_IMPORTANCE:
+    if len(loaded.feasible_measured()) >= MIN_TRIALS_FOR_IMPORTANCE:
         figures.append(
             _figure(lambda: plot_param_importances(study, target=target, target_name=name))
         )

@@ -150,3 +150,13 @@ def test_measured_copy_keeps_trial_numbers(study_url: str) -> None:
     complete = [t.number for t in copy.trials if t.state.name == "COMPLETE"]
     assert complete == [0, 1, 2, 3, 6, 7, 10, 12]  # the ok ones; SLO-missed, OOM, crash skipped
     assert copy.best_trial.number == 7
+
+
+def test_unmeasured_trials_do_not_count_towards_the_ranking_minimum(storage_url: str) -> None:
+    points = [
+        Point(6.0, "auto", 8, 0, baseline=True),
+        Point(9.0, "fp8_e4m3", 16, 0),
+        *(Point(14.0, "auto", 8, 0) for _ in range(4)),  # OOM: no measurement
+    ]
+    build_study(storage_url, "ooms", points=points)
+    assert param_importances(load_study(storage_url)) == {}
