@@ -236,7 +236,7 @@ def mtp_sentences(loaded: LoadedStudy, best: TrialRow) -> list[str]:
     if k and stats and stats.spec_decode_acceptance_rate is not None:
         sentences.append(
             f"The best config drafts {k} token(s) per step; "
-            f"{stats.spec_decode_acceptance_rate:.0%} of drafts were accepted."
+            f"{stats.spec_decode_acceptance_rate:.0%} of draft tokens were accepted."
         )
     elif not k:
         sentences.append("The best config runs without speculative decoding.")
