@@ -22,6 +22,7 @@ from autotune.study_reader import OOM_OUTCOMES, LoadedStudy, TrialRow
 GIB = 1 << 30
 UNIMPORTANT_SHARE = 0.05  # a parameter with under 5% of the importance "did not matter"
 LOW_CONCURRENCY_REQUESTS = 8  # the field notes' split for where MTP pays off
+FULL_KV_USAGE = 0.95  # a KV pool this full evicts cached prefixes
 LONG_LIST = 6  # lists longer than this are shortened in sentences
 MIN_TRIALS_FOR_IMPORTANCE = 5  # PED-ANOVA's docs ask for at least 5 good trials; fewer is noise
 # Our own failures (autotune's, not the server's) say nothing about memory.
@@ -262,18 +263,35 @@ def changed_flag_sentences(best: TrialRow, baseline: TrialRow) -> list[str]:
 
 
 def prefix_cache_sentences(best: TrialRow) -> list[str]:
+    """The prefix-cache hit rate, and when it is 0%, which of the usual causes the data shows."""
     stats = best.server_stats
     if stats is None or stats.prefix_cache_hit_rate is None:
         return []
     rate = stats.prefix_cache_hit_rate
+    external = stats.external_prefix_cache_hit_rate
+    extra = f", plus {external:.0%} from the external (LMCache) tier" if external else ""
     if rate > 0:
-        return [f"The prefix cache served {rate:.0%} of prompt tokens."]
+        return [f"The prefix cache served {rate:.0%} of prompt tokens{extra}."]
     if best.flags.get("enable-prefix-caching") is False:
-        return ["Prefix cache hit rate was 0%: prefix caching is switched off in this config."]
+        return [f"Prefix cache hit rate was 0%{extra}: prefix caching is off in this config."]
+    usage, preemptions = stats.peak_kv_cache_usage, stats.preemptions
+    if usage is not None and usage >= FULL_KV_USAGE:
+        evidence = f"peak KV usage {usage:.0%}" + (
+            f", {preemptions} preemptions" if preemptions else ""
+        )
+        return [
+            f"Prefix cache hit rate was 0%{extra} with prefix caching on: the KV pool was full "
+            f"({evidence}), so cached prefixes were evicted before they could be reused."
+        ]
     return [
-        "Prefix cache hit rate was 0% although prefix caching is on: the workload shares no "
-        "prefix across requests, or the cache evicted it before reuse."
+        f"Prefix cache hit rate was 0%{extra} with prefix caching on and room in the KV pool "
+        f"(peak usage {_percent(usage)}): the requests share no prefix long enough to cache "
+        f"(a full block of {stats.block_size or '?'} tokens)."
     ]
+
+
+def _percent(value: float | None) -> str:
+    return "unknown" if value is None else f"{value:.0%}"
 
 
 def importance_sentences(loaded: LoadedStudy) -> list[str]:

@@ -8,8 +8,11 @@ from autotune.explain import (
     measured_study,
     oom_sentences,
     param_importances,
+    prefix_cache_sentences,
 )
-from autotune.study_reader import load_study
+from autotune.server_stats import ServerStats
+from autotune.study_reader import TrialRow, load_study
+from autotune.trial_config import TrialConfig
 
 from .conftest import GIB, MODEL, Point, build_study
 
@@ -160,3 +163,23 @@ def test_unmeasured_trials_do_not_count_towards_the_ranking_minimum(storage_url:
     ]
     build_study(storage_url, "ooms", points=points)
     assert param_importances(load_study(storage_url)) == {}
+
+
+def _with_stats(**stats: object) -> TrialRow:
+    config = TrialConfig(model="m", flags={"enable-prefix-caching": True})
+    return TrialRow(number=1, state="COMPLETE", config=config, server_stats=ServerStats(**stats))
+
+
+def test_zero_prefix_hit_rate_is_explained_from_the_metrics() -> None:
+    full = _with_stats(prefix_cache_hit_rate=0.0, peak_kv_cache_usage=0.99, preemptions=12)
+    assert "the KV pool was full (peak KV usage 99%, 12 preemptions)" in " ".join(
+        prefix_cache_sentences(full)
+    )
+    roomy = _with_stats(prefix_cache_hit_rate=0.0, peak_kv_cache_usage=0.3, block_size=16)
+    assert "share no prefix long enough to cache (a full block of 16 tokens)" in " ".join(
+        prefix_cache_sentences(roomy)
+    )
+    lmcache = _with_stats(prefix_cache_hit_rate=0.45, external_prefix_cache_hit_rate=0.063)
+    assert prefix_cache_sentences(lmcache) == [
+        "The prefix cache served 45% of prompt tokens, plus 6% from the external (LMCache) tier."
+    ]
