@@ -204,9 +204,13 @@ def _print_sweep(
     )
     for column in ("concurrency", "MTP", "wall s", "mean latency s", "output tok/s", "accept len"):
         table.add_column(column, justify="right")
+    reasons: dict[str, None] = {}
     for row in rows:
         if row.failure is not None:
-            table.add_row(str(row.concurrency), str(row.mtp), "-", "-", row.failure, "-")
+            failure_class, _, reason = row.failure.partition(": ")
+            if reason:
+                reasons[reason] = None
+            table.add_row(str(row.concurrency), str(row.mtp), "-", "-", failure_class, "-")
             continue
         table.add_row(
             str(row.concurrency),
@@ -216,7 +220,10 @@ def _print_sweep(
             f"{row.output_tokens_per_s:.0f}",
             "-" if row.mean_acceptance_length is None else f"{row.mean_acceptance_length:.2f}",
         )
-    console().print(table)
+    out = console()
+    out.print(table)
+    for reason in reasons:
+        out.print(f"[red]{reason}[/red]")
 
 
 @app.command("catalog")

@@ -50,6 +50,23 @@ class SweepRow(BaseModel):
     failure: str | None  # failure class when the configuration does not run
 
 
+def _rejected_row(concurrency: int, mtp: int, reason: str) -> SweepRow:
+    return SweepRow(
+        concurrency=concurrency,
+        mtp=mtp,
+        output_tokens_per_s=None,
+        mean_latency_s=None,
+        duration_s=None,
+        mean_ttft_s=None,
+        mean_tpot_s=None,
+        completed=0,
+        mean_acceptance_length=None,
+        preemptions=None,
+        kv_cache_tokens=0,
+        failure=f"invalid-args: {reason}",
+    )
+
+
 def baseline_config(hardware: str, model: str, **overrides: object) -> SimConfig:
     """``model`` on ``hardware`` with that card's baseline flags, then ``overrides``."""
     values: dict[str, object] = {"hardware": hardware, "model": model}
@@ -86,7 +103,11 @@ def closed_loop_sweep(
         renderer = PromptRenderer()
         for mtp in mtps:
             config = base.model_copy(update={"num_speculative_tokens": mtp})
-            prediction = predict(config, plan, load, seed=seed, renderer=renderer)
+            try:
+                prediction = predict(config, plan, load, seed=seed, renderer=renderer)
+            except InputError as exc:  # e.g. MTP on a model without a draft head
+                rows.append(_rejected_row(concurrency, mtp, str(exc)))
+                continue
             stats, server = prediction.stats, prediction.server_stats
             ran = prediction.failure is None
             rows.append(
