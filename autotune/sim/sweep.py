@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict
 from autotune.errors import InputError
 from autotune.replay.load import LoadSpec
 from autotune.sim.config import SimConfig
+from autotune.sim.memory import plan_memory
 from autotune.sim.predict import predict
 from autotune.sim.prompt import PromptRenderer
 from autotune.sim.units import GIB
@@ -90,6 +91,7 @@ def closed_loop_sweep(
         raise InputError(f"concurrency values must be >= 1, but got {list(concurrencies)}")
     if not mtps or min(mtps) < 0:
         raise InputError(f"mtp values must be >= 0, but got {list(mtps)}")
+    plan_memory(base)  # unknown hardware, model or flag values fail the whole sweep
     rows: list[SweepRow] = []
     for concurrency in concurrencies:
         plan = expand(

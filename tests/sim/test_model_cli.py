@@ -87,3 +87,15 @@ def test_predict_unknown_model_is_one_line() -> None:
 def test_serve_passes_flags_to_the_server() -> None:
     result = runner.invoke(app, ["sim", "serve", "qwen3.6-27b-awq", "--no-such-flag"])
     assert result.exit_code == 2
+
+
+def test_predict_marks_cells_vllm_would_reject() -> None:
+    result = runner.invoke(
+        app,
+        ["sim", "predict", "--hardware", "h100-80g", "--model", "qwen3-32b-awq"]
+        + ["--concurrency", "1", "--mtp", "0,1", "--output-tokens", "16", "--json"],
+    )
+    assert result.exit_code == 0, result.output
+    rows = {row["mtp"]: row for row in json.loads(result.stdout)["rows"]}
+    assert rows[0]["failure"] is None and rows[0]["output_tokens_per_s"] > 0
+    assert rows[1]["failure"].startswith("invalid-args: Unsupported speculative method")
