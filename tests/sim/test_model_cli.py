@@ -90,10 +90,9 @@ def test_serve_passes_flags_to_the_server() -> None:
 
 
 def test_predict_marks_cells_vllm_would_reject() -> None:
+    grid = ["--concurrency", "1", "--mtp", "0,1", "--output-tokens", "16", "--json"]
     result = runner.invoke(
-        app,
-        ["sim", "predict", "--hardware", "h100-80g", "--model", "qwen3-32b-awq"]
-        + ["--concurrency", "1", "--mtp", "0,1", "--output-tokens", "16", "--json"],
+        app, ["sim", "predict", "--hardware", "h100-80g", "--model", "qwen3-32b-awq", *grid]
     )
     assert result.exit_code == 0, result.output
     rows = {row["mtp"]: row for row in json.loads(result.stdout)["rows"]}
