@@ -199,3 +199,42 @@ def _running_trial(db: Path) -> int | None:
     except (KeyError, Exception):  # the study may not exist yet, or the file is mid-write
         return None
     return running[0].number if running else None
+
+
+@pytest.mark.timeout(150)
+def test_a_pareto_study_with_slos_stores_two_values_and_slo_margins(tmp_path: Path) -> None:
+    db = tmp_path / "autotune.db"
+    args = run_args(
+        db,
+        "--trials",
+        "3",
+        "--objective",
+        "throughput,latency",
+        "--slo",
+        "ttft_p95<=60s",
+        "--slo",
+        "tpot_p50<=1s",
+        study="pareto",
+    )
+    args[args.index("--sampler") + 1] = "tpe"
+    result = subprocess.run(
+        autotune_argv(*args), cwd=tmp_path, capture_output=True, text=True, timeout=140
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    study = load(db, "pareto")
+    assert [d.name for d in study.directions] == ["MAXIMIZE", "MINIMIZE"]
+    assert study.metric_names == ["output_tok_s", "e2e_p95_s"]
+    complete = study.get_trials(states=(TrialState.COMPLETE,))
+    assert len(complete) == 3
+    keys = {"oom", "crash", "error_rate", "slo:ttft_p95", "slo:tpot_p50"}
+    assert all(set(t.constraints) == keys for t in complete)
+    measured = [t for t in complete if t.user_attrs["outcome"] == "ok"]
+    assert measured
+    for trial in measured:
+        replay = trial.user_attrs["replay"]
+        assert trial.values == [
+            pytest.approx(replay["output_throughput_tok_s"]),
+            pytest.approx(replay["e2e"]["p95"]),
+        ]
+        assert trial.constraints["slo:ttft_p95"] == pytest.approx(replay["ttft"]["p95"] / 60 - 1)
+    assert study.best_trials  # a feasible Pareto front exists
