@@ -23,6 +23,7 @@ import ast
 import hashlib
 import json
 import operator
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -334,9 +335,12 @@ def _version_ok(spec: str, version: str | None) -> bool:
     """True when ``version`` satisfies ``spec``; an unknown version passes every gate."""
     if version is None:
         return True
+    # "0.33.0", "0.32.0+cpu" or the simulator's "autotune-sim 0.1.0 (vLLM 0.33.0)":
+    # the vLLM version is the last version-like token.
+    found = re.findall(r"\d+\.\d+(?:\.\d+)?", version)
     try:
-        parsed = Version(version.split("+")[0].split()[-1])
-    except InvalidVersion:
+        parsed = Version(found[-1])
+    except (IndexError, InvalidVersion):
         return True
     return parsed in SpecifierSet(spec)
 

@@ -12,6 +12,7 @@ from autotune import __version__
 from autotune.engines.base import BaseEngine, HardwareFingerprint, PhaseCallback, Server
 from autotune.engines.launcher import api_key_of, launch_process_server
 from autotune.errors import InputError
+from autotune.sim.flags import EMULATED_VLLM_VERSION
 from autotune.sim.hardware import get_gpu
 from autotune.trial_config import TrialConfig
 
@@ -44,7 +45,8 @@ class SimEngine(BaseEngine):
         self.extra_args = tuple(extra_args)
 
     def version(self) -> str:
-        return f"autotune-sim {__version__}"
+        """``autotune-sim X (vLLM Y)``: Y is the vLLM version whose flags and logs it speaks."""
+        return f"autotune-sim {__version__} (vLLM {EMULATED_VLLM_VERSION})"
 
     def hardware(self) -> HardwareFingerprint:
         return HardwareFingerprint(
