@@ -13,6 +13,7 @@ from autotune.prescreen import try_prescreen
 from autotune.replay.load import LoadSpec
 from autotune.space import default_space_path, load_space
 from autotune.study import SAMPLERS, StudySpec, default_study_name
+from autotune.study_reader import default_artifact_dir
 from autotune.workload import load_plan
 
 # Above this memory margin a real engine's config is taken as a certain OOM
@@ -99,7 +100,7 @@ def prepare_study(options: RunOptions) -> StudySpec:
     name = options.study or default_study_name(
         options.model, gpu, plan.name, [o.value for o in goal.objectives]
     )
-    artifacts = options.artifacts_dir or _artifacts_dir(options.storage)
+    artifacts = options.artifacts_dir or default_artifact_dir(options.storage)
     return StudySpec(
         name=name,
         storage_url=options.storage,
@@ -123,11 +124,3 @@ def prepare_study(options: RunOptions) -> StudySpec:
         runs_dir=artifacts.parent / "runs",
         heartbeat_interval_s=options.heartbeat_interval_s,
     )
-
-
-def _artifacts_dir(storage_url: str) -> Path:
-    """Beside the SQLite file when the storage is one, else ./studies/artifacts."""
-    if storage_url.startswith("sqlite:///"):
-        db = Path(storage_url.removeprefix("sqlite:///"))
-        return db.parent / "artifacts"
-    return Path("studies/artifacts")
