@@ -9,7 +9,9 @@ import pytest
 from autotune.errors import InputError
 from autotune.sim.config import SimConfig
 from autotune.sim.hardware import get_gpu
+from autotune.sim.kv_layout import plan_layout
 from autotune.sim.memory import batch_defaults, plan_memory
+from autotune.sim.models import get_model
 from autotune.sim.units import GIB
 
 CARD = "rtx4080s-32g"
@@ -180,3 +182,28 @@ def test_packed_kv_dtypes_hold_more_tokens_than_fp8() -> None:
     bf16 = plan_memory(SimConfig.model_validate(llama))
     assert fp8.kv_cache_tokens == pytest.approx(2 * bf16.kv_cache_tokens, rel=0.01)
     assert packed.kv_cache_tokens > 1.25 * fp8.kv_cache_tokens
+
+
+def test_mtp_draft_layer_joins_the_attention_group() -> None:
+    model = get_model(QWEN)
+    plain = plan_layout(
+        model,
+        kv_cache_dtype="auto",
+        num_speculative_tokens=0,
+        enable_prefix_caching=False,
+        block_size=None,
+        gdn_checkpoint_align=False,
+    )
+    mtp = plan_layout(
+        model,
+        kv_cache_dtype="auto",
+        num_speculative_tokens=2,
+        enable_prefix_caching=True,
+        block_size=None,
+        gdn_checkpoint_align=False,
+    )
+    assert (plain.group_size, plain.num_attention_groups, plain.num_state_groups) == (16, 1, 3)
+    assert plain.state_blocks_per_request == 3  # 1 block per GDN group without prefix caching
+    assert (mtp.group_size, mtp.num_attention_groups, mtp.num_state_groups) == (17, 1, 3)
+    assert mtp.state_blocks_per_request == 3 * (2 + 2)  # align mode: 2 + k per group
+    assert mtp.bytes_per_block == 17 * mtp.page_bytes
