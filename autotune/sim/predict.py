@@ -11,6 +11,8 @@ simulated server tokenizes them (autotune.sim.prompt), and stats come from
 
 from __future__ import annotations
 
+import functools
+
 from pydantic import BaseModel
 
 from autotune.engines.base import Failure, FailureClass, StartupReport
@@ -29,6 +31,8 @@ from autotune.sim.units import GIB
 from autotune.sim.virtual_replay import VirtualReplay, start_load
 from autotune.workload.plan import WorkloadPlan
 
+PLAN_RENDERERS = 4  # plans whose tokenized prompts are kept between predictions
+
 
 class Prediction(BaseModel):
     """What a replay of the plan would have measured, and why it failed if it did."""
@@ -39,6 +43,12 @@ class Prediction(BaseModel):
     memory: MemoryReport
     startup: StartupReport | None
     failure: Failure | None
+
+
+@functools.lru_cache(maxsize=PLAN_RENDERERS)
+def _plan_renderer(plan_key: tuple[str, str, str, int]) -> PromptRenderer:
+    """A renderer per recent plan: its caches are message texts, so sharing is always safe."""
+    return PromptRenderer()
 
 
 def startup_report(memory: MemoryReport) -> StartupReport:
@@ -108,8 +118,9 @@ def predict(
 ) -> Prediction:
     """Predict what replaying ``plan`` under ``load`` against ``config`` would measure.
 
-    ``renderer``: reuse one across predictions of the same plan (a sweep) so its
-    prompts are tokenized once. Raises InputError for a configuration the
+    ``renderer``: the prompt renderer to use; by default one kept per plan (the
+    last few plans), so repeated predictions of a plan (a study, a sweep)
+    tokenize its prompts once. Raises InputError for a configuration the
     simulated vLLM rejects outright.
     """
     engine = SimEngineCore(config, seed=seed, noise=noise)
@@ -128,7 +139,9 @@ def predict(
             startup=None,
             failure=failure,
         )
-    replay = VirtualReplay(engine, plan, load, renderer or PromptRenderer())
+    if renderer is None:
+        renderer = _plan_renderer((plan.name, plan.digest, plan.token_space, len(plan.requests)))
+    replay = VirtualReplay(engine, plan, load, renderer)
     start_load(replay)
     oom = replay.run()
     if oom is not None:
