@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from autotune.cli._common import console, handle_errors
+from autotune.cli._common import console, handle_errors, parse_duration
 from autotune.errors import InputError
 from autotune.workload.expand import load_plan
 from autotune.workload.gen import ChatParams, ClaudeCodeParams, chat, claudecode, fixed
@@ -191,7 +191,7 @@ def slice_(
         int | None, typer.Option(min=1, help="Drop requests whose prompt + output exceed this.")
     ] = None,
     duration: Annotated[
-        float | None, typer.Option(min=0.0, help="Keep requests arriving in the first D seconds.")
+        str | None, typer.Option(help="Keep requests arriving in the first D, e.g. 10m or 90s.")
     ] = None,
     skip_invalid: Annotated[bool, typer.Option(help="Drop and count invalid lines.")] = False,
 ) -> None:
@@ -200,7 +200,10 @@ def slice_(
     for line in workload.skipped:
         console().print(f"skipped invalid line {line}", highlight=False, soft_wrap=True)
     sliced, report = slice_workload(
-        workload, sessions=sessions, max_context=max_context, duration_s=duration
+        workload,
+        sessions=sessions,
+        max_context=max_context,
+        duration_s=parse_duration(duration, option="--duration"),
     )
     for line in report.lines():
         console().print(line, highlight=False, soft_wrap=True)

@@ -101,7 +101,8 @@ async def _trace(run: Run) -> None:
             delay_s = run.origin + at_wall_s - time.perf_counter()
             if not await run.wait(delay_s) or not run.may_send():
                 break
-            task = asyncio.create_task(run.send(request))
+            run.claim()
+            task = asyncio.create_task(run.send(request, claimed=True))
             pending.add(task)
             task.add_done_callback(pending.discard)
         if pending:

@@ -105,13 +105,27 @@ class Run:
             return False
         return self.load.max_requests is None or self.sent < self.load.max_requests
 
-    async def send(
-        self, request: PlannedRequest, *, salt: str | None = None, record_id: str | None = None
-    ) -> RequestRecord | None:
-        """Send one request (the caller checked ``may_send``); None if abandoned."""
+    def claim(self) -> None:
+        """Count one request against the budget now (closing the run when it is spent)."""
         self.sent += 1
         if self.load.max_requests is not None and self.sent >= self.load.max_requests:
             self.close()
+
+    async def send(
+        self,
+        request: PlannedRequest,
+        *,
+        salt: str | None = None,
+        record_id: str | None = None,
+        claimed: bool = False,
+    ) -> RequestRecord | None:
+        """Send one request (the caller checked ``may_send``); None if abandoned.
+
+        ``claimed``: the caller already counted it with ``claim`` (needed when the
+        send runs as a task, so the next ``may_send`` sees it at once).
+        """
+        if not claimed:
+            self.claim()
         self.in_flight += 1
         task = asyncio.create_task(
             send_request(
