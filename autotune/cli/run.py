@@ -30,6 +30,8 @@ from autotune.run_setup import RunOptions, prepare_study
 from autotune.study import completed_count, open_storage, run_study
 from autotune.study_reader import LoadedStudy, TrialRow, load_study, study_names
 
+WIDE_SHOW_COLUMNS = 160  # below this width `show` lists parameters under the table
+
 Workload = Annotated[Path, typer.Option("--workload", "-w", help="Workload JSONL file.")]
 Mode = Annotated[str, typer.Option("--mode", help="Load mode: sessions, concurrency or trace.")]
 
@@ -218,17 +220,23 @@ def show(
     table.add_column("outcome")
     table.add_column(metric, justify="right")
     param_names = sorted({name for row in loaded.trials for name in row.params})
-    for name in param_names:
-        table.add_column(name, justify="right")
+    wide = out.width >= WIDE_SHOW_COLUMNS
+    if wide:  # a column per parameter; on a narrow terminal they follow the table
+        for name in param_names:
+            table.add_column(name, justify="right")
     table.add_column("margin", justify="right")
     table.add_column("KV tokens", justify="right")
     table.add_column("peak run", justify="right")
     table.add_column("prefix hit", justify="right")
     table.add_column("preempt", justify="right")
-    rows = sorted(loaded.trials, key=lambda row: _show_order(loaded, row))
-    for row in rows[:limit]:
-        table.add_row(*_show_cells(row, param_names))
+    rows = sorted(loaded.trials, key=lambda row: _show_order(loaded, row))[:limit]
+    for row in rows:
+        table.add_row(*_show_cells(row, param_names if wide else []))
     out.print(table)
+    if not wide:
+        for row in rows:
+            pairs = " ".join(f"{name}={_cell(row.params.get(name))}" for name in param_names)
+            out.print(f"#{row.number}: {pairs}", highlight=False, soft_wrap=True)
 
 
 def _show_order(loaded: LoadedStudy, row: TrialRow) -> tuple[int, float, int]:
@@ -262,11 +270,16 @@ def _show_cells(row: TrialRow, param_names: list[str]) -> list[str]:
 
 
 def _deciding_margin(constraints: dict[str, float]) -> tuple[str, float] | None:
-    """The margin that explains the outcome: oom, then crash, else the tightest one."""
+    """The margin that explains the outcome: oom, crash or the worst violation; for a
+    feasible trial the tightest SLO or memory margin (how close it came to a limit)."""
     for key in ("oom", "crash"):
         if constraints.get(key, -1.0) > 0:
             return key, constraints[key]
-    return max(constraints.items(), key=lambda item: item[1]) if constraints else None
+    violated = {k: v for k, v in constraints.items() if v > 0}
+    if violated:
+        return max(violated.items(), key=lambda item: item[1])
+    limits = {k: v for k, v in constraints.items() if k == "oom" or k.startswith("slo:")}
+    return max(limits.items(), key=lambda item: item[1]) if limits else None
 
 
 def _cell(value: object) -> str:
