@@ -1,11 +1,18 @@
 """The recording proxy: a streaming pass-through that writes what it sees as a workload.
 
-Requests to the LLM endpoints are forwarded unchanged (headers included, so
-the upstream's auth works) and the response bytes are streamed back as they
-arrive; a copy of the response is parsed only after the stream ends, so the
-proxy adds no work to the stream itself. Only the session id header is read;
-no header is ever stored. The workload file is rewritten atomically, at most
-every ``FLUSH_INTERVAL_S`` and on shutdown.
+Requests are forwarded unchanged (the raw body bytes, and the headers, so the
+upstream's auth works) and the response bytes are relayed as they arrive.
+The hot path is kept short, because the proxy must add no measurable latency:
+
+- a plain ASGI app on uvicorn (no routing or middleware layers per chunk);
+- one pooled upstream client over aiohttp (``AiohttpTransport``), which
+  hands over everything already received in one read, so a fast stream is
+  relayed in a few large writes rather than one write per SSE event;
+- recording happens after the last byte went out, on the recorder's worker
+  thread (``autotune.workload.recorder``): the relay only keeps a reference
+  to each chunk it forwarded.
+
+Only the session id header is read; no header is ever stored.
 """
 
 from __future__ import annotations
@@ -13,220 +20,221 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import time
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
 import httpx
 import uvicorn
-from starlette.applications import Starlette
-from starlette.background import BackgroundTask
-from starlette.datastructures import Headers
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
 
-from autotune.workload.builder import ObservedCall, WorkloadBuilder
-from autotune.workload.importers.requests_log import session_key
-from autotune.workload.io import write_workload
+from autotune.replay.transport import AiohttpTransport
+from autotune.workload.importers.requests_log import SESSION_HEADER
 from autotune.workload.plan import Endpoint
-from autotune.workload.render import render
-from autotune.workload.sse import summarize_response
+from autotune.workload.recorder import FLUSH_INTERVAL_S, Exchange, Recorder
 
-FLUSH_INTERVAL_S = 1.0
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
 RECORDED_PATHS: dict[str, Endpoint] = {
     "/v1/chat/completions": "openai.chat",
     "/v1/completions": "openai.completions",
     "/v1/messages": "anthropic.messages",
 }
-_HOP_BY_HOP = {
-    "connection",
-    "keep-alive",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "trailers",
-    "transfer-encoding",
-    "upgrade",
-    "host",
-    "content-length",
-    "accept-encoding",  # asked as identity, so the recorded copy is readable
-}
+_HOP_BY_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"te",
+        b"trailer",
+        b"trailers",
+        b"transfer-encoding",
+        b"upgrade",
+        b"host",
+        b"content-length",
+        b"accept-encoding",  # asked as identity, so the recorded copy is readable
+    }
+)
+_SESSION_HEADER = SESSION_HEADER.encode()
+_log = logging.getLogger(__name__)
 
 
-@dataclass
-class Recorder:
-    """Accumulates observed calls and writes the workload file."""
+async def _read_body(receive: Receive) -> bytes:
+    parts = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        parts.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    return b"".join(parts)
 
-    out: Path
-    anonymize: bool = False
-    builder: WorkloadBuilder = field(init=False)
-    recorded: int = 0
-    skipped: int = 0
-    _dirty: bool = False
 
-    def __post_init__(self) -> None:
-        self.builder = WorkloadBuilder(
-            name=self.out.stem, source={"kind": "recorder"}, anonymize=self.anonymize
-        )
+async def _send_error(send: Send, status: int, message: str) -> None:
+    body = json.dumps({"error": {"message": message}}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
-    def observe(self, observed: ObservedCall) -> None:
-        self.builder.add(observed)
-        self.recorded += 1
-        self._dirty = True
 
-    def flush(self) -> None:
-        """Write the workload so far (atomically) if anything changed."""
-        if self._dirty and self.builder.entries:
-            self._dirty = False
-            write_workload(self.out, self.builder.workload().records())
+class RecordingProxy:
+    """ASGI app forwarding every request to ``upstream``; LLM calls go to ``recorder``.
 
-    async def flush_periodically(self) -> None:
+    ``client`` may be injected (tests); else one pooled client over aiohttp
+    is made at startup and closed at shutdown.
+    """
+
+    def __init__(
+        self, upstream: str, recorder: Recorder, *, client: httpx.AsyncClient | None = None
+    ) -> None:
+        self._base = upstream.rstrip("/")
+        self._recorder = recorder
+        self._injected = client
+        self._client: httpx.AsyncClient | None = client
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            await self._proxy(scope, receive, send)
+        elif scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        flusher: asyncio.Task[None] | None = None
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                if self._client is None:
+                    self._client = httpx.AsyncClient(transport=AiohttpTransport(), timeout=None)
+                flusher = asyncio.create_task(self._flush_periodically())
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                if flusher is not None:
+                    flusher.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await flusher
+                if self._injected is None and self._client is not None:
+                    await self._client.aclose()
+                await asyncio.to_thread(self._recorder.close)
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _flush_periodically(self) -> None:
         while True:
             await asyncio.sleep(FLUSH_INTERVAL_S)
-            self.flush()
+            self._recorder.submit_flush()
 
+    async def _proxy(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raw = await _read_body(receive)
+        start_s, start_perf = time.time(), time.perf_counter()
+        headers = [("accept-encoding", "identity")]
+        session_header = None
+        for name, value in scope["headers"]:
+            name = name.lower()
+            if name in _HOP_BY_HOP:
+                continue
+            text = value.decode("latin-1")
+            if name == _SESSION_HEADER:
+                session_header = text
+            headers.append((name.decode("latin-1"), text))
+        path = scope["path"]
+        endpoint = RECORDED_PATHS.get(path) if scope["method"] == "POST" else None
+        url = self._base + scope.get("raw_path", path.encode()).decode("latin-1")
+        if scope["query_string"]:
+            url += "?" + scope["query_string"].decode("latin-1")
+        assert self._client is not None, "lifespan startup did not run"
+        request = self._client.build_request(scope["method"], url, headers=headers, content=raw)
+        try:
+            response = await self._client.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            message = f"autotune record: upstream {self._base} unreachable: {type(exc).__name__}"
+            await _send_error(send, 502, message)
+            return
+        exchange = (
+            Exchange(endpoint, raw, session_header, start_s, start_perf)
+            if endpoint is not None
+            else None
+        )
+        try:
+            complete = await self._relay(response, exchange, receive, send)
+        finally:
+            await response.aclose()
+        if exchange is None:
+            return
+        if complete:
+            self._recorder.submit(exchange, status=response.status_code)
+        else:
+            self._recorder.submit_skip()
 
-def _forward_headers(headers: Any) -> dict[str, str]:
-    out = {k: v for k, v in headers.items() if k.lower() not in _HOP_BY_HOP}
-    out["accept-encoding"] = "identity"
-    return out
+    async def _relay(
+        self,
+        response: httpx.Response,
+        exchange: Exchange | None,
+        receive: Receive,
+        send: Send,
+    ) -> bool:
+        """Stream ``response`` to the client; False when either side went away."""
+        response_headers = [
+            (name, value) for name, value in response.headers.raw if name not in _HOP_BY_HOP
+        ]
+        await send(
+            {
+                "type": "http.response.start",
+                "status": response.status_code,
+                "headers": response_headers,
+            }
+        )
+        gone = asyncio.Event()
 
+        async def watch_client() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone.set()
 
-def _response_headers(headers: httpx.Headers) -> dict[str, str]:
-    return {k: v for k, v in headers.items() if k.lower() not in _HOP_BY_HOP}
-
-
-@dataclass
-class _Exchange:
-    """One proxied call, filled in while its response streams."""
-
-    endpoint: Endpoint | None
-    raw_body: bytes
-    headers: Headers
-    start_s: float
-    start_perf: float
-    first_byte_perf: float | None = None
-    end_perf: float = 0.0
-    chunks: list[bytes] = field(default_factory=list)
-    complete: bool = False
-
-
-def _parse_body(raw: bytes) -> dict[str, Any] | None:
-    try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return None
-    return body if isinstance(body, dict) else None
+        watcher = asyncio.create_task(watch_client())
+        try:
+            async for chunk in response.aiter_raw():
+                if gone.is_set():  # the client went away: stop the upstream too
+                    return False
+                if exchange is not None:
+                    if exchange.first_byte_perf is None:
+                        exchange.first_byte_perf = time.perf_counter()
+                    exchange.chunks.append(chunk)
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            if exchange is not None:
+                exchange.end_perf = time.perf_counter()
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return not gone.is_set()
+        except httpx.HTTPError as exc:
+            _log.warning("autotune record: upstream stream cut: %s", exc)
+            return False
+        finally:
+            watcher.cancel()
 
 
 def build_app(
     upstream: str, recorder: Recorder, *, client: httpx.AsyncClient | None = None
-) -> Starlette:
+) -> RecordingProxy:
     """The proxy app. ``client`` may be injected (tests); else one is made per app."""
-    base = upstream.rstrip("/")
-    state: dict[str, httpx.AsyncClient] = {}
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        state["client"] = client or httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10.0))
-        flusher = asyncio.create_task(recorder.flush_periodically())
-        try:
-            yield
-        finally:
-            flusher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await flusher
-            recorder.flush()
-            if client is None:
-                await state["client"].aclose()
-
-    def finish(exchange: _Exchange, status: int) -> None:
-        """Parse and record a finished call (runs after its last byte was sent)."""
-        end_perf = exchange.end_perf
-        if exchange.endpoint is None or not exchange.complete:
-            return
-        body = _parse_body(exchange.raw_body)
-        if body is None or not 200 <= status < 300:
-            recorder.skipped += 1
-            return
-        summary = summarize_response(b"".join(exchange.chunks))
-        expect: dict[str, object] = {"e2e_s": round(end_perf - exchange.start_perf, 4)}
-        if exchange.first_byte_perf is not None:
-            expect["first_byte_s"] = round(exchange.first_byte_perf - exchange.start_perf, 4)
-        if summary.input_tokens is not None:
-            expect["input_tokens"] = summary.input_tokens
-        if summary.cached_tokens is not None:
-            expect["cached_tokens"] = summary.cached_tokens
-        recorder.observe(
-            ObservedCall(
-                call=render(exchange.endpoint, body),
-                session_key=session_key(dict(exchange.headers), body),
-                start_s=exchange.start_s,
-                end_s=exchange.start_s + (end_perf - exchange.start_perf),
-                output_tokens=summary.output_tokens,
-                output_text=summary.text or None,
-                expect=expect,
-            )
-        )
-
-    async def proxy(request: Request) -> Response:
-        raw = await request.body()
-        path = request.url.path
-        exchange = _Exchange(
-            endpoint=RECORDED_PATHS.get(path) if request.method == "POST" else None,
-            raw_body=raw,
-            headers=request.headers,
-            start_s=time.time(),
-            start_perf=time.perf_counter(),
-        )
-        url = base + path + (f"?{request.url.query}" if request.url.query else "")
-        http = state["client"]
-        upstream_request = http.build_request(
-            request.method, url, headers=_forward_headers(request.headers), content=raw
-        )
-        try:
-            response = await http.send(upstream_request, stream=True)
-        except httpx.HTTPError as exc:
-            message = f"autotune record: upstream {base} unreachable: {type(exc).__name__}"
-            return JSONResponse({"error": {"message": message}}, status_code=502)
-
-        async def relay() -> AsyncIterator[bytes]:
-            try:
-                async for chunk in response.aiter_raw():
-                    if exchange.first_byte_perf is None:
-                        exchange.first_byte_perf = time.perf_counter()
-                    if exchange.endpoint is not None:
-                        exchange.chunks.append(chunk)
-                    yield chunk
-                exchange.end_perf = time.perf_counter()
-                exchange.complete = True
-            finally:
-                if not exchange.complete:  # the client went away: nothing to record
-                    await response.aclose()
-                    recorder.skipped += 1
-
-        async def close() -> None:  # after the last byte went out: parse off the stream path
-            await response.aclose()
-            finish(exchange, response.status_code)
-
-        return StreamingResponse(
-            relay(),
-            status_code=response.status_code,
-            headers=_response_headers(response.headers),
-            background=BackgroundTask(close),
-        )
-
-    methods = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"]
-    return Starlette(routes=[Route("/{path:path}", proxy, methods=methods)], lifespan=lifespan)
+    return RecordingProxy(upstream, recorder, client=client)
 
 
 def serve(upstream: str, host: str, port: int, out: Path, *, anonymize: bool = False) -> Recorder:
     """Run the proxy until interrupted; returns the recorder (its file is written)."""
     recorder = Recorder(out, anonymize=anonymize)
-    app = build_app(upstream, recorder)
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    uvicorn.run(
+        build_app(upstream, recorder),
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        server_header=False,  # the upstream's own Server and Date headers pass through
+        date_header=False,
+    )
     return recorder
