@@ -273,6 +273,7 @@ AGENT_SETUPS = (  # (label, MTP tokens, per-position acceptance; None: the catal
     ("1, catalog acceptance", 1, None),
     ("2, catalog acceptance", 2, None),
     ("2, agent acceptance 0.9/0.8", 2, (0.9, 0.8)),
+    ("3, agent acceptance 0.9/0.8/0.7", 3, (0.9, 0.8, 0.7)),
 )
 
 
