@@ -22,17 +22,18 @@ from tests.e2e.conftest import (
 )
 
 OOM_SPACE = REPO / "tests" / "e2e" / "data" / "oom-boundary.yaml"
+FITS_SPACE = REPO / "tests" / "e2e" / "data" / "fits.yaml"
 FAST = ["--time-scale", "50", "--max-requests", "10", "--concurrency", "4"]
 
 
-def run_args(db: Path, *extra: str, study: str = "e2e") -> list[str]:
+def run_args(db: Path, *extra: str, study: str = "e2e", space: Path = OOM_SPACE) -> list[str]:
     return [
         "run",
         "--workload", str(SAMPLE_WORKLOAD),
         "--engine", "sim",
         "--hardware", "rtx4080s-32g",
         "--model", "qwen3.6-27b-awq",
-        "--space", str(OOM_SPACE),
+        "--space", str(space),
         "--storage", f"sqlite:///{db}",
         "--study", study,
         "--sampler", "grid",
@@ -139,10 +140,14 @@ def test_the_memory_prescreen_scores_certain_ooms_without_launching(tmp_path: Pa
 @pytest.mark.timeout(200)
 def test_kill_9_leaves_no_server_and_the_rerun_recovers_the_trial(tmp_path: Path, spawn) -> None:
     db = tmp_path / "autotune.db"
-    args = run_args(db, "--trials", "3", "--no-prescreen", "--heartbeat-interval", "1")
+    args = run_args(db, "--trials", "3", "--heartbeat-interval", "1", space=FITS_SPACE)
+    args[args.index("--sampler") + 1] = "random"
     process = spawn(*args, cwd=tmp_path)
-    # Wait until the second trial's server is up, then kill autotune outright.
-    assert wait_for(lambda: _running_trial(db) == 1 and sim_server_pids(process.pid), timeout_s=90)
+    # Wait until a trial after the baseline has its server up, then kill autotune outright.
+    assert wait_for(
+        lambda: (_running_trial(db) or 0) >= 1 and sim_server_pids(process.pid), timeout_s=150
+    )
+    killed = _running_trial(db)
     servers = sim_server_pids(process.pid)
     os.kill(process.pid, signal.SIGKILL)
     process.wait(timeout=10)
@@ -156,8 +161,8 @@ def test_kill_9_leaves_no_server_and_the_rerun_recovers_the_trial(tmp_path: Path
     complete = study.get_trials(states=(TrialState.COMPLETE,))
     failed = study.get_trials(states=(TrialState.FAIL,))
     assert len(complete) == 3
-    assert [t.number for t in failed] == [1]
-    retried = [t for t in complete if t.system_attrs.get("failed_trial") == 1]
+    assert [t.number for t in failed] == [killed]
+    retried = [t for t in complete if t.system_attrs.get("failed_trial") == killed]
     assert len(retried) == 1
     assert retried[0].params == failed[0].params
 
@@ -167,9 +172,10 @@ def test_ctrl_c_records_the_trial_as_interrupted_and_stops_its_server(
     tmp_path: Path, spawn
 ) -> None:
     db = tmp_path / "autotune.db"
-    args = run_args(db, "--trials", "2", "--no-prescreen")
+    args = run_args(db, "--trials", "2", space=FITS_SPACE)
+    args[args.index("--sampler") + 1] = "random"
     process = spawn(*args, cwd=tmp_path)
-    assert wait_for(lambda: _running_trial(db) == 0 and sim_server_pids(process.pid), timeout_s=90)
+    assert wait_for(lambda: _running_trial(db) == 0 and sim_server_pids(process.pid), timeout_s=150)
     servers = sim_server_pids(process.pid)
     os.kill(process.pid, signal.SIGINT)
     output, _ = process.communicate(timeout=60)
