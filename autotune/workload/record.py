@@ -5,8 +5,10 @@ upstream's auth works) and the response bytes are relayed as they arrive.
 The hot path is kept short, because the proxy must add no measurable latency:
 
 - a plain ASGI app on uvicorn (no routing or middleware layers per chunk);
-- one pooled upstream client over aiohttp (``AiohttpTransport``), which
-  hands over everything already received in one read, so a fast stream is
+- one pooled upstream connection pool over aiohttp (``AiohttpTransport``,
+  called directly: httpx's client layers of URL and header merging, auth,
+  redirects and cookies have nothing to do for a pass-through), which hands
+  over everything already received in one read, so a fast stream is
   relayed in a few large writes rather than one write per SSE event;
 - recording happens after the last byte went out, on the recorder's worker
   thread (``autotune.workload.recorder``): the relay only keeps a reference
@@ -86,17 +88,21 @@ async def _send_error(send: Send, status: int, message: str) -> None:
 class RecordingProxy:
     """ASGI app forwarding every request to ``upstream``; LLM calls go to ``recorder``.
 
-    ``client`` may be injected (tests); else one pooled client over aiohttp
-    is made at startup and closed at shutdown.
+    ``transport`` may be injected (tests); else one ``AiohttpTransport`` (a
+    connection pool) is made at startup and closed at shutdown.
     """
 
     def __init__(
-        self, upstream: str, recorder: Recorder, *, client: httpx.AsyncClient | None = None
+        self,
+        upstream: str,
+        recorder: Recorder,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self._base = upstream.rstrip("/")
         self._recorder = recorder
-        self._injected = client
-        self._client: httpx.AsyncClient | None = client
+        self._injected = transport
+        self._transport: httpx.AsyncBaseTransport | None = transport
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -109,8 +115,8 @@ class RecordingProxy:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
-                if self._client is None:
-                    self._client = httpx.AsyncClient(transport=AiohttpTransport(), timeout=None)
+                if self._transport is None:
+                    self._transport = AiohttpTransport()
                 flusher = asyncio.create_task(self._flush_periodically())
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
@@ -118,8 +124,8 @@ class RecordingProxy:
                     flusher.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await flusher
-                if self._injected is None and self._client is not None:
-                    await self._client.aclose()
+                if self._injected is None and self._transport is not None:
+                    await self._transport.aclose()
                 await asyncio.to_thread(self._recorder.close)
                 await send({"type": "lifespan.shutdown.complete"})
                 return
@@ -132,25 +138,24 @@ class RecordingProxy:
     async def _proxy(self, scope: Scope, receive: Receive, send: Send) -> None:
         raw = await _read_body(receive)
         start_s, start_perf = time.time(), time.perf_counter()
-        headers = [("accept-encoding", "identity")]
+        headers = [(b"accept-encoding", b"identity")]
         session_header = None
         for name, value in scope["headers"]:
             name = name.lower()
             if name in _HOP_BY_HOP:
                 continue
-            text = value.decode("latin-1")
             if name == _SESSION_HEADER:
-                session_header = text
-            headers.append((name.decode("latin-1"), text))
+                session_header = value.decode("latin-1")
+            headers.append((name, value))
         path = scope["path"]
         endpoint = RECORDED_PATHS.get(path) if scope["method"] == "POST" else None
         url = self._base + scope.get("raw_path", path.encode()).decode("latin-1")
         if scope["query_string"]:
             url += "?" + scope["query_string"].decode("latin-1")
-        assert self._client is not None, "lifespan startup did not run"
-        request = self._client.build_request(scope["method"], url, headers=headers, content=raw)
+        assert self._transport is not None, "lifespan startup did not run"
+        request = httpx.Request(scope["method"], url, headers=headers, content=raw)
         try:
-            response = await self._client.send(request, stream=True)
+            response = await self._transport.handle_async_request(request)
         except httpx.HTTPError as exc:
             message = f"autotune record: upstream {self._base} unreachable: {type(exc).__name__}"
             await _send_error(send, 502, message)
@@ -198,7 +203,7 @@ class RecordingProxy:
 
         watcher = asyncio.create_task(watch_client())
         try:
-            async for chunk in response.aiter_raw():
+            async for chunk in response.stream:  # type: ignore[union-attr]
                 if gone.is_set():  # the client went away: stop the upstream too
                     return False
                 if exchange is not None:
@@ -218,10 +223,10 @@ class RecordingProxy:
 
 
 def build_app(
-    upstream: str, recorder: Recorder, *, client: httpx.AsyncClient | None = None
+    upstream: str, recorder: Recorder, *, transport: httpx.AsyncBaseTransport | None = None
 ) -> RecordingProxy:
-    """The proxy app. ``client`` may be injected (tests); else one is made per app."""
-    return RecordingProxy(upstream, recorder, client=client)
+    """The proxy app. ``transport`` may be injected (tests); else one is made per app."""
+    return RecordingProxy(upstream, recorder, transport=transport)
 
 
 def serve(upstream: str, host: str, port: int, out: Path, *, anonymize: bool = False) -> Recorder:

@@ -36,6 +36,14 @@ def _healthy(url: str) -> bool:
         return False
 
 
+def _answers(url: str) -> bool:
+    try:
+        httpx.get(url, timeout=1.0)
+    except httpx.HTTPError:
+        return False
+    return True
+
+
 def _stop(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
     if process.poll() is None:
         os.killpg(process.pid, sig)
@@ -208,3 +216,49 @@ def test_record_anonymize_keeps_structure_not_text(sim_url: str, tmp_path: Path)
     assert first.prompt_tokens == 6  # six words, as synthetic text
     assert second.after == (first.id,)
     assert second.messages[0] is first.messages[0]
+
+
+def test_record_stops_upstream_when_client_leaves_and_keeps_serving(
+    recorder: tuple[str, Path, subprocess.Popen[bytes]],
+) -> None:
+    url, out, process = recorder
+    body = {
+        "model": "qwen3.6-27b-awq",
+        "max_tokens": 4000,
+        "stream": True,
+        "messages": [{"role": "user", "content": "write a long story"}],
+    }
+    with httpx.Client(base_url=url, timeout=30) as client:
+        with client.stream("POST", "/v1/chat/completions", json=body) as response:
+            assert response.status_code == 200
+            next(response.iter_raw())  # one piece, then hang up mid-stream
+        short = {**body, "max_tokens": 3, "stream": False}
+        answer = client.post("/v1/chat/completions", json=short)
+        assert answer.status_code == 200
+        assert answer.json()["usage"]["completion_tokens"] <= 3
+    process.send_signal(signal.SIGINT)
+    stdout, _ = process.communicate(timeout=20)
+    assert b"recorded 1 calls" in stdout and b"(1 not recorded" in stdout
+    (request,) = read_workload(out).requests
+    assert request.output.tokens <= 3
+
+
+def test_record_answers_502_when_upstream_is_down(tmp_path: Path) -> None:
+    port = _free_port()
+    argv = [
+        sys.executable, "-m", "autotune", "record", "--upstream", f"http://127.0.0.1:{_free_port()}",
+        "--listen", f"127.0.0.1:{port}", "--out", str(tmp_path / "none.jsonl"),
+    ]  # fmt: skip
+    process = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        assert wait_for(lambda: _answers(f"{url}/v1/models"), timeout_s=30), (
+            "recorder did not start"
+        )
+        response = httpx.post(f"{url}/v1/chat/completions", json={"model": "m"}, timeout=10)
+        assert response.status_code == 502
+        assert "unreachable" in response.json()["error"]["message"]
+    finally:
+        _stop(process, signal.SIGKILL)
