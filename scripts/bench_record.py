@@ -1,8 +1,11 @@
 """Measure what `autotune record` adds to a stream: direct vs through the proxy, as a ratio.
 
-Starts an SSE stub upstream (chat-completions shaped chunks) and the recorder
-(`python -m autotune record`) as subprocesses, then streams the same requests
-directly and through the proxy, interleaved, and prints a table of medians.
+Starts an SSE stub upstream (chat-completions shaped chunks), the recorder
+(`python -m autotune record`) and, as a floor, a bare TCP relay (a process
+that copies bytes both ways without reading HTTP: what any extra hop costs on
+this machine) as subprocesses, then streams the same requests directly,
+through the relay and through the proxy, interleaved, and prints a table of
+medians.
 
     python scripts/bench_record.py [--requests 40] [--concurrency 4]
 """
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -66,6 +70,29 @@ def stub_app() -> Starlette:
     )
 
 
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while data := await reader.read(2**16):
+            writer.write(data)
+            await writer.drain()
+    except ConnectionError:
+        pass
+    finally:
+        writer.close()
+
+
+async def _serve_tcp_relay(upstream_port: int, port: int) -> None:
+    """Copy bytes between each client and a fresh upstream connection; no HTTP parsing."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", upstream_port)
+        await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+
+    server = await asyncio.start_server(handle, "127.0.0.1", port)
+    async with server:
+        await server.serve_forever()
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -118,12 +145,17 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=40)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--serve-stub", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--serve-relay", type=int, nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_stub:
         uvicorn.run(stub_app(), host="127.0.0.1", port=args.serve_stub, log_level="warning")
         return
+    if args.serve_relay:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(_serve_tcp_relay(*args.serve_relay))
+        return
 
-    stub_port, proxy_port = _free_port(), _free_port()
+    stub_port, relay_port, proxy_port = _free_port(), _free_port(), _free_port()
     out = Path(tempfile.mkdtemp()) / "bench.jsonl"
     recorder_argv = [
         sys.executable, "-m", "autotune", "record",
@@ -135,33 +167,53 @@ def main() -> None:
             [sys.executable, __file__, "--serve-stub", str(stub_port)], start_new_session=True
         ),
         subprocess.Popen(recorder_argv, stdout=subprocess.DEVNULL, start_new_session=True),
+        subprocess.Popen(
+            [sys.executable, __file__, "--serve-relay", str(stub_port), str(relay_port)],
+            start_new_session=True,
+        ),
     ]
     try:
         _wait_healthy(f"http://127.0.0.1:{stub_port}/health")
         _wait_healthy(f"http://127.0.0.1:{proxy_port}/health")
+        _wait_healthy(f"http://127.0.0.1:{relay_port}/health")
         urls = {
             "direct": f"http://127.0.0.1:{stub_port}/v1/chat/completions",
+            "relay": f"http://127.0.0.1:{relay_port}/v1/chat/completions",
             "proxy": f"http://127.0.0.1:{proxy_port}/v1/chat/completions",
         }
         scenarios = {
             "paced 64 chunks x 5 ms": {"max_tokens": 64, "delay_s": 0.005},
             "burst 2,000 chunks": {"max_tokens": 2000, "delay_s": 0.0},
+            "paced, 200 KB prompt": {
+                "max_tokens": 64,
+                "delay_s": 0.005,
+                "messages": [{"role": "user", "content": "word " * 40_000}],
+            },
         }
         table = Table(title=f"autotune record overhead ({args.concurrency} concurrent streams)")
         for column in ("scenario", "metric"):
             table.add_column(column)
-        for column in ("direct ms", "proxy ms", "proxy / direct"):
+        columns = ("direct ms", "TCP relay ms", "proxy ms", "proxy - direct ms", "proxy / direct")
+        for column in columns:
             table.add_column(column, justify="right")
         for label, extra in scenarios.items():
             body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
             body.update(extra)
             results = asyncio.run(_measure(urls, body, args.requests, args.concurrency))
             for index, metric in enumerate(("first byte p50", "whole stream p50")):
-                direct = statistics.median(results["direct"][index]) * 1000
-                proxy = statistics.median(results["proxy"][index]) * 1000
-                ratio = f"{proxy / direct:.3f}"
-                table.add_row(label, metric, f"{direct:.2f}", f"{proxy:.2f}", ratio)
-        Console().print(table)
+                direct, relay, proxy = (
+                    statistics.median(results[name][index]) * 1000 for name in urls
+                )
+                table.add_row(
+                    label,
+                    metric,
+                    f"{direct:.2f}",
+                    f"{relay:.2f}",
+                    f"{proxy:.2f}",
+                    f"{proxy - direct:+.2f}",
+                    f"{proxy / direct:.3f}",
+                )
+        Console(width=140).print(table)
     finally:
         for proc in procs:
             os.killpg(proc.pid, signal.SIGINT)
