@@ -5,7 +5,7 @@ upstream's auth works) and the response bytes are relayed as they arrive.
 The hot path is kept short, because the proxy must add no measurable latency:
 
 - a plain ASGI app on uvicorn (no routing or middleware layers per chunk);
-- one pooled upstream connection pool over aiohttp (``AiohttpTransport``,
+- one upstream connection pool over aiohttp (``AiohttpTransport``,
   called directly: httpx's client layers of URL and header merging, auth,
   redirects and cookies have nothing to do for a pass-through), which hands
   over everything already received in one read, so a fast stream is
@@ -66,16 +66,16 @@ _SESSION_HEADER = SESSION_HEADER.encode()
 _log = logging.getLogger(__name__)
 
 
-async def _read_body(receive: Receive) -> bytes:
+async def _read_body(receive: Receive) -> bytes | None:
+    """The whole request body; None when the client hung up before sending it all."""
     parts = []
     while True:
         message = await receive()
         if message["type"] != "http.request":
-            break
+            return None
         parts.append(message.get("body", b""))
         if not message.get("more_body", False):
-            break
-    return b"".join(parts)
+            return b"".join(parts)
 
 
 async def _send_error(send: Send, status: int, message: str) -> None:
@@ -137,6 +137,8 @@ class RecordingProxy:
 
     async def _proxy(self, scope: Scope, receive: Receive, send: Send) -> None:
         raw = await _read_body(receive)
+        if raw is None:
+            return
         start_s, start_perf = time.time(), time.perf_counter()
         headers = [(b"accept-encoding", b"identity")]
         session_header = None
@@ -149,7 +151,7 @@ class RecordingProxy:
             headers.append((name, value))
         path = scope["path"]
         endpoint = RECORDED_PATHS.get(path) if scope["method"] == "POST" else None
-        url = self._base + scope.get("raw_path", path.encode()).decode("latin-1")
+        url = self._base + (scope.get("raw_path") or path.encode()).decode("latin-1")
         if scope["query_string"]:
             url += "?" + scope["query_string"].decode("latin-1")
         assert self._transport is not None, "lifespan startup did not run"
