@@ -34,7 +34,7 @@ class LoadSpec(BaseModel):
     max_gap_s: float | None = Field(default=60.0, ge=0)
     duration_s: float | None = Field(default=None, gt=0)  # stop sending after this
     max_requests: int | None = Field(default=None, ge=1)  # stop sending after this many
-    recycle_sessions: bool = False  # sessions mode: start sessions again (fresh salt) to fill duration
+    recycle_sessions: bool = False  # sessions: start again with fresh salts to fill duration
     warmup_requests: int = Field(default=0, ge=0)  # first N completions excluded from stats
     saturation_stop: bool = True  # stop early when the waiting queue grows without bound
     request_timeout_s: float = Field(default=600.0, gt=0)
