@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from importlib import resources
+from typing import TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -11,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from autotune.errors import InputError
 
 CATALOG_FILE = "gpus.yaml"
+SpecT = TypeVar("SpecT", bound=BaseModel)
 DEFAULT_MAX_CUDAGRAPH_CAPTURE_SIZE = 512  # vllm/config/vllm.py _set_cudagraph_sizes
 
 
@@ -33,20 +35,21 @@ class GpuSpec(BaseModel):
     non_torch_bytes: int
 
 
-def read_catalog_text(file_name: str) -> str:
-    return resources.files("autotune.sim").joinpath("data", file_name).read_text()
+def load_catalog(file_name: str, spec_type: type[SpecT]) -> dict[str, SpecT]:
+    """A catalog file under autotune/sim/data/ as ``{name: spec}``; InputError naming the entry."""
+    raw = yaml.safe_load(resources.files("autotune.sim").joinpath("data", file_name).read_text())
+    catalog: dict[str, SpecT] = {}
+    for name, fields in raw.items():
+        try:
+            catalog[name] = spec_type(name=name, **fields)
+        except ValidationError as exc:
+            raise InputError(f"autotune/sim/data/{file_name}: {name}: {exc}") from exc
+    return catalog
 
 
 @functools.cache
 def _gpu_catalog() -> dict[str, GpuSpec]:
-    raw = yaml.safe_load(read_catalog_text(CATALOG_FILE))
-    catalog: dict[str, GpuSpec] = {}
-    for name, fields in raw.items():
-        try:
-            catalog[name] = GpuSpec(name=name, **fields)
-        except ValidationError as exc:
-            raise InputError(f"autotune/sim/data/{CATALOG_FILE}: {name}: {exc}") from exc
-    return catalog
+    return load_catalog(CATALOG_FILE, GpuSpec)
 
 
 def gpu_names() -> list[str]:

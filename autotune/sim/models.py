@@ -5,11 +5,10 @@ from __future__ import annotations
 import functools
 from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from autotune.errors import InputError
-from autotune.sim.hardware import read_catalog_text
+from autotune.sim.hardware import load_catalog
 
 CATALOG_FILE = "models.yaml"
 
@@ -92,14 +91,7 @@ class ModelSpec(BaseModel):
 
 @functools.cache
 def _model_catalog() -> dict[str, ModelSpec]:
-    raw = yaml.safe_load(read_catalog_text(CATALOG_FILE))
-    catalog: dict[str, ModelSpec] = {}
-    for name, fields in raw.items():
-        try:
-            catalog[name] = ModelSpec(name=name, **fields)
-        except ValidationError as exc:
-            raise InputError(f"autotune/sim/data/{CATALOG_FILE}: {name}: {exc}") from exc
-    return catalog
+    return load_catalog(CATALOG_FILE, ModelSpec)
 
 
 def model_names() -> list[str]:
