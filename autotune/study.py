@@ -28,7 +28,7 @@ from autotune.replay.load import LoadSpec
 from autotune.replay.records import RequestRecord
 from autotune.replay.stats import records_frame
 from autotune.space import SearchSpace
-from autotune.trial import Prescreen, TrialResult, run_trial
+from autotune.trial import Prescreen, TrialResult, derive_config, run_trial
 from autotune.trial_config import TrialConfig
 from autotune.workload.plan import WorkloadPlan
 
@@ -296,26 +296,14 @@ class _TrialRunner:
         return self._finish(trial, result, is_baseline)
 
     def _config(self, params: dict[str, Any]) -> TrialConfig:
-        """The TrialConfig, with the attention block size N that derived flags need (2N-1).
-
-        N depends on the config itself (KV dtype, MTP k): the memory model's value
-        for this config when there is one, else the last value an engine reported.
-        """
-        spec = self.spec
-        block = self.study.user_attrs.get("attention_block_size")
-        config = spec.space.to_config(
-            params, model=spec.model, engine_version=self.engine_version, attention_block_size=block
+        return derive_config(
+            self.spec.space,
+            params,
+            model=self.spec.model,
+            engine_version=self.engine_version,
+            reported_block_size=self.study.user_attrs.get("attention_block_size"),
+            prescreen=self.spec.prescreen,
         )
-        estimate = spec.prescreen(config) if spec.prescreen is not None else None
-        modelled = estimate.report.get("attention_block_size") if estimate else None
-        if modelled and modelled != block:
-            config = spec.space.to_config(
-                params,
-                model=spec.model,
-                engine_version=self.engine_version,
-                attention_block_size=modelled,
-            )
-        return config
 
     def _run(self, trial: optuna.Trial, params: dict[str, Any], config: TrialConfig) -> TrialResult:
         spec = self.spec

@@ -21,6 +21,7 @@ from autotune.replay.load import LoadSpec, ReplayObserver, RequestSlo
 from autotune.replay.records import ReplayStats, RequestRecord
 from autotune.replay.runner import replay
 from autotune.server_stats import ServerStats
+from autotune.space import SearchSpace
 from autotune.trial_config import TrialConfig
 from autotune.workload.plan import WorkloadPlan
 
@@ -60,6 +61,32 @@ class TrialResult:
     outcome_override: str | None = None  # predicted-oom, trial-timeout ...
     log_path: Path | None = None
     wall_s: float = 0.0
+
+
+def derive_config(
+    space: SearchSpace,
+    params: dict[str, Any],
+    *,
+    model: str,
+    engine_version: str | None,
+    reported_block_size: int | None = None,
+    prescreen: Prescreen | None = None,
+) -> TrialConfig:
+    """The TrialConfig for ``params``, with the attention block size N that 2N-1 needs.
+
+    N depends on the config itself (KV dtype, MTP k): the memory model's value for
+    this config when there is one, else the last value an engine reported.
+    """
+    config = space.to_config(
+        params, model=model, engine_version=engine_version, attention_block_size=reported_block_size
+    )
+    estimate = prescreen(config) if prescreen is not None else None
+    modelled = estimate.report.get("attention_block_size") if estimate else None
+    if modelled and modelled != reported_block_size:
+        config = space.to_config(
+            params, model=model, engine_version=engine_version, attention_block_size=modelled
+        )
+    return config
 
 
 async def run_trial(

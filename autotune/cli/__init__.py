@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import typer
 
-from autotune.cli import record, replay, results, run, sim, workload
+from autotune.cli import record, replay, results, run, sim, trial, workload
 
 app = typer.Typer(
     name="autotune",
@@ -15,7 +15,8 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-run.register(app)  # run, try, show, studies
+run.register(app)  # run, show, studies
+trial.register(app)  # try
 results.register(app)  # export, compare, report, explain
 replay.register(app)  # replay
 record.register(app)  # record
