@@ -8,7 +8,6 @@ specified in docs/architecture.md ("What a study stores").
 from __future__ import annotations
 
 import asyncio
-import logging
 import tempfile
 import warnings
 from dataclasses import dataclass
@@ -210,7 +209,8 @@ def run_study(spec: StudySpec, *, observer: StudyObserver | None = None) -> optu
 
     Raises KeyboardInterrupt after recording the running trial as interrupted.
     """
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # Trial failures are recorded in attrs and shown by the observer, not logged.
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
     storage = open_storage(spec.storage_url, heartbeat_interval_s=spec.heartbeat_interval_s)
     engine_version = spec.engine.version()
     study = create_or_resume(spec, storage, engine_version)
@@ -231,7 +231,6 @@ def run_study(spec: StudySpec, *, observer: StudyObserver | None = None) -> optu
             lambda study, trial: observer.on_trial_end(trial, trial_outcome(trial), study)
         )
     runner = _TrialRunner(spec, study, engine_version, observer)
-    logging.getLogger("optuna").setLevel(logging.ERROR)
     # FAIL trials (our own errors) do not count towards n_trials, but a run of
     # them must not loop forever: attempts are capped.
     max_attempts = None if remaining is None else 2 * remaining + 5
