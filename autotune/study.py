@@ -311,34 +311,13 @@ class _TrialRunner:
             trial.set_user_attr("rule_violations", violations)
             return TrialResult(config=config, outcome_override=Outcome.RULE_VIOLATED.value)
         log_path = spec.runs_dir / _slug(spec.name) / f"trial-{trial.number:04d}" / "server.log"
-        return asyncio.run(
-            run_trial(
-                config,
-                engine=spec.engine,
-                plan=spec.plan,
-                load=spec.load,
-                log_path=log_path,
-                slo=request_slo(spec.goal.slos),
-                prescreen=spec.prescreen,
-                skip_predicted_oom=spec.skip_predicted_oom,
-                startup_timeout_s=spec.startup_timeout_s,
-                trial_timeout_s=spec.trial_timeout_s,
-                observer=self.observer,
-            )
-        )
+        return run_configured_trial(spec, config, log_path=log_path, observer=self.observer)
 
     def _finish(
         self, trial: optuna.Trial, result: TrialResult, is_baseline: bool
     ) -> float | list[float]:
         spec = self.spec
-        memory_margin = result.memory.margin if result.memory is not None else None
-        scored = score(
-            spec.goal,
-            stats=result.stats,
-            failure=result.failure,
-            memory_margin=memory_margin,
-            outcome_override=result.outcome_override,
-        )
+        scored = score_result(spec.goal, result)
         self._record(trial, result, scored, is_baseline)
         for key, value in scored.constraints.items():
             trial.set_constraint(key, value)
@@ -404,6 +383,42 @@ class _TrialRunner:
             else:
                 values.append(0.0 if direction == "maximize" else _no_data_latency(self.spec))
         return values
+
+
+def run_configured_trial(
+    spec: StudySpec,
+    config: TrialConfig,
+    *,
+    log_path: Path,
+    observer: StudyObserver | None = None,
+) -> TrialResult:
+    """One trial of ``config`` with the study's engine, workload, load, limits and pre-screen."""
+    return asyncio.run(
+        run_trial(
+            config,
+            engine=spec.engine,
+            plan=spec.plan,
+            load=spec.load,
+            log_path=log_path,
+            slo=request_slo(spec.goal.slos),
+            prescreen=spec.prescreen,
+            skip_predicted_oom=spec.skip_predicted_oom,
+            startup_timeout_s=spec.startup_timeout_s,
+            trial_timeout_s=spec.trial_timeout_s,
+            observer=observer,
+        )
+    )
+
+
+def score_result(goal: Goal, result: TrialResult) -> Score:
+    """Objective values and constraints of a finished trial."""
+    return score(
+        goal,
+        stats=result.stats,
+        failure=result.failure,
+        memory_margin=result.memory.margin if result.memory is not None else None,
+        outcome_override=result.outcome_override,
+    )
 
 
 def trial_outcome(trial: FrozenTrial) -> str:

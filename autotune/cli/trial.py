@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shlex
 import time
@@ -15,11 +14,12 @@ from rich.table import Table
 
 from autotune.cli._common import console, handle_errors, parse_duration
 from autotune.errors import InputError
-from autotune.objective import Score, request_slo, score
+from autotune.objective import Score
 from autotune.replay.load import LoadSpec
 from autotune.run_setup import RunOptions, prepare_study
 from autotune.space import SearchSpace
-from autotune.trial import TrialResult, derive_config, run_trial
+from autotune.study import run_configured_trial, score_result
+from autotune.trial import TrialResult, derive_config
 
 
 def register(app: typer.Typer) -> None:
@@ -79,26 +79,8 @@ def try_config(
         prescreen=spec.prescreen,
     )
     log_path = Path("studies/runs") / f"try-{time.strftime('%Y%m%d-%H%M%S')}" / "server.log"
-    result = asyncio.run(
-        run_trial(
-            config,
-            engine=spec.engine,
-            plan=spec.plan,
-            load=spec.load,
-            log_path=log_path,
-            slo=request_slo(spec.goal.slos),
-            prescreen=spec.prescreen,
-            skip_predicted_oom=False,
-        )
-    )
-    margin = result.memory.margin if result.memory is not None else None
-    scored = score(
-        spec.goal,
-        stats=result.stats,
-        failure=result.failure,
-        memory_margin=margin,
-        outcome_override=result.outcome_override,
-    )
+    result = run_configured_trial(spec, config, log_path=log_path)
+    scored = score_result(spec.goal, result)
     if as_json:
         print(json.dumps(_summary(result, scored, params)))
         return

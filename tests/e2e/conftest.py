@@ -72,19 +72,23 @@ def wait_for(predicate, *, timeout_s: float, interval_s: float = 0.2) -> bool:
 
 @pytest.fixture
 def spawn() -> Iterator:
-    """Start `autotune ...` subprocesses in their own groups; kill leftovers at teardown."""
+    """Start `autotune ...` subprocesses in their own groups; kill leftovers at teardown.
+
+    Output goes to ``<cwd>/autotune.out`` (read it with ``output``), never to a pipe
+    nobody drains.
+    """
     started: list[subprocess.Popen] = []
 
     def start(*args: str, cwd: Path) -> subprocess.Popen:
-        process = subprocess.Popen(
-            autotune_argv(*args),
-            cwd=cwd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-            env={**os.environ, "COLUMNS": "200"},
-        )
+        with (cwd / "autotune.out").open("w") as out:
+            process = subprocess.Popen(
+                autotune_argv(*args),
+                cwd=cwd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, "COLUMNS": "200"},
+            )
         started.append(process)
         return process
 
@@ -93,3 +97,14 @@ def spawn() -> Iterator:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=10)
+
+
+def output(cwd: Path) -> str:
+    """What a process started by ``spawn`` in ``cwd`` has printed so far."""
+    path = cwd / "autotune.out"
+    return path.read_text() if path.exists() else ""
+
+
+def trial_logs(runs: Path) -> dict[int, Path]:
+    """Server logs of the trials started so far under a runs directory, by trial number."""
+    return {int(path.parent.name.split("-")[1]): path for path in runs.glob("*/trial-*/server.log")}

@@ -16,8 +16,10 @@ from tests.e2e.conftest import (
     SAMPLE_WORKLOAD,
     alive,
     autotune_argv,
+    output,
     processes_in,
     sim_server_pids,
+    trial_logs,
     wait_for,
 )
 
@@ -143,11 +145,14 @@ def test_kill_9_leaves_no_server_and_the_rerun_recovers_the_trial(tmp_path: Path
     args = run_args(db, "--trials", "3", "--heartbeat-interval", "1", space=FITS_SPACE)
     args[args.index("--sampler") + 1] = "random"
     process = spawn(*args, cwd=tmp_path)
+
+    def later_trial_serving() -> bool:
+        started = trial_logs(tmp_path / "runs")
+        return any(n >= 1 for n in started) and bool(sim_server_pids(process.pid))
+
     # Wait until a trial after the baseline has its server up, then kill autotune outright.
-    assert wait_for(
-        lambda: (_running_trial(db) or 0) >= 1 and sim_server_pids(process.pid), timeout_s=150
-    )
-    killed = _running_trial(db)
+    assert wait_for(later_trial_serving, timeout_s=150), output(tmp_path)
+    killed = max(trial_logs(tmp_path / "runs"))
     servers = sim_server_pids(process.pid)
     os.kill(process.pid, signal.SIGKILL)
     process.wait(timeout=10)
@@ -175,12 +180,15 @@ def test_ctrl_c_records_the_trial_as_interrupted_and_stops_its_server(
     args = run_args(db, "--trials", "2", space=FITS_SPACE)
     args[args.index("--sampler") + 1] = "random"
     process = spawn(*args, cwd=tmp_path)
-    assert wait_for(lambda: _running_trial(db) == 0 and sim_server_pids(process.pid), timeout_s=150)
+    assert wait_for(
+        lambda: 0 in trial_logs(tmp_path / "runs") and bool(sim_server_pids(process.pid)),
+        timeout_s=150,
+    ), output(tmp_path)
     servers = sim_server_pids(process.pid)
     os.kill(process.pid, signal.SIGINT)
-    output, _ = process.communicate(timeout=60)
-    assert process.returncode == 130, output
-    assert "Interrupted" in output
+    process.wait(timeout=60)
+    assert process.returncode == 130, output(tmp_path)
+    assert "Interrupted" in output(tmp_path)
     assert not any(alive(pid) for pid in servers)
     assert processes_in(tmp_path) == []
     interrupted = load(db).trials[0]
@@ -195,16 +203,6 @@ def test_ctrl_c_records_the_trial_as_interrupted_and_stops_its_server(
     complete = study.get_trials(states=(TrialState.COMPLETE,))
     assert len(complete) == 2
     assert any(t.user_attrs.get("retry_of") == 0 for t in complete)
-
-
-def _running_trial(db: Path) -> int | None:
-    if not db.exists():
-        return None
-    try:
-        running = load(db).get_trials(states=(TrialState.RUNNING,))
-    except (KeyError, Exception):  # the study may not exist yet, or the file is mid-write
-        return None
-    return running[0].number if running else None
 
 
 @pytest.mark.timeout(150)
