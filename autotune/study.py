@@ -204,6 +204,14 @@ def completed_count(study: optuna.Study) -> int:
     return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
 
 
+def completed_trials(spec: StudySpec) -> int | None:
+    """COMPLETE trials of the study ``spec`` names, or None when it does not exist yet."""
+    storage = open_storage(spec.storage_url)
+    if spec.name not in optuna.get_all_study_names(storage):
+        return None
+    return completed_count(optuna.load_study(study_name=spec.name, storage=storage))
+
+
 def run_study(spec: StudySpec, *, observer: StudyObserver | None = None) -> optuna.Study:
     """Run trials until ``n_trials`` are COMPLETE (resume counts earlier ones) or time is up.
 

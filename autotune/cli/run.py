@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
-import optuna
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -27,7 +26,7 @@ from autotune.objective import METRIC_NAMES, ObjectiveName
 from autotune.progress import RichProgress
 from autotune.replay.load import LoadSpec
 from autotune.run_setup import RunOptions, prepare_study
-from autotune.study import completed_count, open_storage, run_study
+from autotune.study import completed_trials, run_study
 from autotune.study_reader import LoadedStudy, TrialRow, load_study, study_names
 
 WIDE_SHOW_COLUMNS = 160  # below this width `show` lists parameters under the table
@@ -147,10 +146,8 @@ def run(
     )
     spec = prepare_study(options)
     out = console()
-    storage_obj = open_storage(spec.storage_url)
-    done = 0
-    if spec.name in study_names(spec.storage_url):
-        done = completed_count(optuna.load_study(study_name=spec.name, storage=storage_obj))
+    done = completed_trials(spec)
+    if done is not None:
         out.print(f"Resuming study [bold]{spec.name}[/bold]: {done} trials complete.")
     else:
         out.print(f"Study [bold]{spec.name}[/bold] ({spec.engine.name}, {spec.space.name} space)")
@@ -158,7 +155,7 @@ def run(
     progress = RichProgress(
         out,
         n_trials=spec.n_trials,
-        already_done=done,
+        already_done=done or 0,
         metric=METRIC_NAMES[first],
         maximize=spec.goal.directions[0] == "maximize",
     )
