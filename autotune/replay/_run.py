@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from typing import Any
 
 import httpx
 
-from autotune.replay.client import send_request
+from autotune.replay.client import RequestOutcome, send_request
 from autotune.replay.load import LoadSpec, ReplayObserver
 from autotune.replay.records import RequestError, RequestRecord
 from autotune.replay.stats import ItlHistogram
@@ -51,7 +52,9 @@ class Run:
         self._window_start = self.origin
         self._window_end: float | None = None
         self._deadline: asyncio.TimerHandle | None = None
+        self._deadline_wall: float | None = None
         if load.duration_s is not None:
+            self._deadline_wall = self.origin + load.duration_s / time_scale
             loop = asyncio.get_running_loop()
             self._deadline = loop.call_later(load.duration_s / time_scale, self.close)
 
@@ -101,6 +104,9 @@ class Run:
         return not self.closed
 
     def may_send(self) -> bool:
+        # The timer closes the run, but a busy loop may fire it late: check the clock too.
+        if self._deadline_wall is not None and time.perf_counter() >= self._deadline_wall:
+            self.close()
         if self.closed:
             return False
         return self.load.max_requests is None or self.sent < self.load.max_requests
@@ -128,7 +134,7 @@ class Run:
             self.claim()
         self.in_flight += 1
         task = asyncio.create_task(
-            send_request(
+            self._send_in_time(
                 self.client,
                 request,
                 model_name=self.model_name,
@@ -143,6 +149,8 @@ class Run:
         self._tasks.add(task)
         try:
             outcome = await task
+            if outcome is None:
+                return None  # the duration ran out before the task got to send
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if current is not None and current.cancelling():
@@ -164,6 +172,12 @@ class Run:
             self._observer.on_request_done(record, self._completed, self.expected_total)
         self._watch_connection(record)
         return record
+
+    async def _send_in_time(self, *args: Any, **kwargs: Any) -> RequestOutcome | None:
+        """``send_request``, unless the duration ran out while the task waited to run."""
+        if self._deadline_wall is not None and time.perf_counter() >= self._deadline_wall:
+            return None
+        return await send_request(*args, **kwargs)
 
     def _watch_connection(self, record: RequestRecord) -> None:
         if record.error is RequestError.CONNECT:
