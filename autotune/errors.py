@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from autotune.engines.base import Failure
+    from autotune.vocabulary import Failure
 
 
 class AutotuneError(Exception):

@@ -17,7 +17,8 @@ from typing import Any
 import optuna
 from pydantic import BaseModel, ConfigDict
 
-from autotune.study_reader import OOM_OUTCOMES, LoadedStudy, TrialRow
+from autotune.study_reader import LoadedStudy, TrialRow
+from autotune.vocabulary import OOM_OUTCOMES, Outcome
 
 GIB = 1 << 30
 UNIMPORTANT_SHARE = 0.05  # a parameter with under 5% of the importance "did not matter"
@@ -26,7 +27,7 @@ FULL_KV_USAGE = 0.95  # a KV pool this full evicts cached prefixes
 LONG_LIST = 6  # lists longer than this are shortened in sentences
 MIN_TRIALS_FOR_IMPORTANCE = 5  # PED-ANOVA's docs ask for at least 5 good trials; fewer is noise
 # Our own failures (autotune's, not the server's) say nothing about memory.
-NOT_RUN = frozenset({None, "error", "interrupted"})
+NOT_RUN = frozenset({None, Outcome.OWN_ERROR, Outcome.INTERRUPTED})
 
 
 class Section(BaseModel):

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from autotune.errors import ReplayError
-from autotune.server_stats import ServerStats
+from autotune.vocabulary import ServerStats
 
 MetricSamples = dict[str, list[Sample]]
 

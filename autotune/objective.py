@@ -16,10 +16,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from autotune.engines.base import Failure
 from autotune.errors import InputError
 from autotune.replay.load import RequestSlo
 from autotune.replay.records import Percentiles, ReplayStats
+from autotune.vocabulary import Failure, Outcome
 
 
 class ObjectiveName(StrEnum):
@@ -114,19 +114,6 @@ def request_slo(slos: list[Slo]) -> RequestSlo | None:
     if not limits:
         return None
     return RequestSlo(ttft_s=limits.get("ttft"), tpot_s=limits.get("tpot"), e2e_s=limits.get("e2e"))
-
-
-class Outcome(StrEnum):
-    """Trial outcome classes that are not engine failures (those are FailureClass values)."""
-
-    OK = "ok"
-    SLO_VIOLATED = "slo-violated"
-    ERRORS = "errors"  # request error rate above the limit
-    PREDICTED_OOM = "predicted-oom"  # the memory pre-screen said it cannot start
-    RULE_VIOLATED = "rule-violated"  # the space's rules reject the config
-    INTERRUPTED = "interrupted"
-    NO_REQUESTS = "no-requests"  # the replay completed nothing
-    TRIAL_TIMEOUT = "trial-timeout"  # the trial ran past --trial-timeout
 
 
 @dataclass(frozen=True)

@@ -33,15 +33,16 @@ from autotune.explain import (
 )
 from autotune.sim.predict import predict
 from autotune.study_reader import LoadedStudy, TrialRow
+from autotune.vocabulary import FailureClass, Outcome
 
 OUTCOME_COLOURS = {
-    "ok": "#2ca02c",
-    "slo-violated": "#ff7f0e",
-    "errors": "#bcbd22",
-    "predicted-oom": "#9467bd",
-    "kv-does-not-fit": "#d62728",
-    "cuda-oom-startup": "#8c0000",
-    "cuda-oom-load": "#e377c2",
+    Outcome.OK: "#2ca02c",
+    Outcome.SLO_VIOLATED: "#ff7f0e",
+    Outcome.ERRORS: "#bcbd22",
+    Outcome.PREDICTED_OOM: "#9467bd",
+    FailureClass.KV_DOES_NOT_FIT: "#d62728",
+    FailureClass.CUDA_OOM_STARTUP: "#8c0000",
+    FailureClass.CUDA_OOM_LOAD: "#e377c2",
 }
 OTHER_COLOUR = "#7f7f7f"
 SWEEP_CONCURRENCY = (1, 2, 4, 8, 16, 32)  # the field notes' hand-run benchmark levels

@@ -22,13 +22,14 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune import __version__
 from autotune.engines.base import BaseEngine
 from autotune.errors import StorageError, StudyMismatchError
-from autotune.objective import Goal, Outcome, Score, request_slo, score
+from autotune.objective import Goal, Score, request_slo, score
 from autotune.replay.load import LoadSpec
 from autotune.replay.records import RequestRecord
 from autotune.replay.stats import records_frame
 from autotune.space import SearchSpace
 from autotune.trial import Prescreen, TrialResult, derive_config, run_trial
 from autotune.trial_config import TrialConfig
+from autotune.vocabulary import Outcome
 from autotune.workload.plan import WorkloadPlan
 
 SAMPLERS = ("gp", "tpe", "random", "grid")
@@ -286,7 +287,7 @@ class _TrialRunner:
             result = self._run(trial, params, config)
         except Exception as exc:
             # Our own failure, not the server's: FAIL with the reason; samplers forget it.
-            trial.set_user_attr("outcome", "error")
+            trial.set_user_attr("outcome", Outcome.OWN_ERROR.value)
             trial.set_user_attr("error", f"{type(exc).__name__}: {exc}"[:2000])
             raise
         except KeyboardInterrupt:

@@ -18,15 +18,16 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
-from autotune.engines.base import Failure, FailureClass, HardwareFingerprint, StartupReport
 from autotune.errors import InputError, StorageError
 from autotune.replay.records import ReplayStats
-from autotune.server_stats import ServerStats
 from autotune.trial_config import TrialConfig
-
-MeasuredOutcomes = frozenset({"ok", "slo-violated", "errors"})
-OOM_OUTCOMES = frozenset(
-    {"predicted-oom", *(c.value for c in FailureClass if c.is_oom)},
+from autotune.vocabulary import (
+    MEASURED_OUTCOMES,
+    OOM_OUTCOMES,
+    Failure,
+    HardwareFingerprint,
+    ServerStats,
+    StartupReport,
 )
 
 M = TypeVar("M", bound=BaseModel)
@@ -96,7 +97,7 @@ class TrialRow(BaseModel):
     @property
     def measured(self) -> bool:
         """The server ran and the replay produced figures."""
-        return self.replay is not None and self.outcome in MeasuredOutcomes
+        return self.replay is not None and self.outcome in MEASURED_OUTCOMES
 
     @property
     def feasible(self) -> bool:

@@ -14,15 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from autotune.engines.base import BaseEngine, Failure, StartupReport
+from autotune.engines.base import BaseEngine
 from autotune.errors import ServerStartFailed
-from autotune.objective import Outcome
 from autotune.replay.load import LoadSpec, ReplayObserver, RequestSlo
 from autotune.replay.records import ReplayStats, RequestRecord
 from autotune.replay.runner import replay
-from autotune.server_stats import ServerStats
 from autotune.space import SearchSpace
 from autotune.trial_config import TrialConfig
+from autotune.vocabulary import Failure, Outcome, ServerStats, StartupReport
 from autotune.workload.plan import WorkloadPlan
 
 DEFAULT_STARTUP_TIMEOUT_S = 900.0

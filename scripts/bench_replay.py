@@ -30,10 +30,10 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
+from autotune.http_transport import AiohttpTransport
 from autotune.replay.client import send_request
 from autotune.replay.load import LoadSpec
 from autotune.replay.runner import replay
-from autotune.replay.transport import AiohttpTransport
 from autotune.workload.plan import Message, PlannedRequest, WorkloadPlan
 
 CLIENT_CORE = 0

@@ -16,7 +16,7 @@ from autotune.metrics import (
     prefix_caching_enabled,
     server_stats_between,
 )
-from autotune.server_stats import ServerStats
+from autotune.vocabulary import ServerStats
 
 
 def _shared_data() -> Path:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.engines.base import Failure, FailureClass
 from autotune.errors import InputError
 from autotune.objective import Goal, ObjectiveName, parse_objectives, parse_slo, request_slo, score
 from autotune.replay.records import Percentiles, ReplayStats
+from autotune.vocabulary import Failure, FailureClass
 
 
 def stats(*, tok_s: float = 500.0, ttft_p95: float = 1.0, failed: int = 0) -> ReplayStats:

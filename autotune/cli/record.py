@@ -9,7 +9,7 @@ import typer
 
 from autotune.cli._common import console, handle_errors
 from autotune.errors import InputError
-from autotune.workload.record import serve
+from autotune.workload.proxy import serve
 
 
 def _listen(value: str) -> tuple[str, int]:

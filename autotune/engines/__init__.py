@@ -4,20 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune.engines.base import (
-    BaseEngine,
-    Failure,
-    FailureClass,
-    HardwareFingerprint,
-    Server,
-    StartupReport,
-)
+from autotune.engines.base import BaseEngine, Server
 from autotune.engines.process import kill_all_servers
 from autotune.engines.sim import SimEngine
 from autotune.engines.versions import gate_flags
 from autotune.engines.vllm import VllmEngine
 from autotune.engines.vllm_log import classify_failure, parse_engine_stats, parse_startup_log
 from autotune.errors import InputError
+from autotune.vocabulary import Failure, FailureClass, HardwareFingerprint, StartupReport
 
 ENGINES: dict[str, type[BaseEngine]] = {"sim": SimEngine, "vllm": VllmEngine}
 

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
-from autotune.engines.base import HardwareFingerprint
+from autotune.vocabulary import HardwareFingerprint
 
 try:  # optional dependency: nvidia-ml-py
     import pynvml as _pynvml

@@ -17,12 +17,13 @@ from pathlib import Path
 
 import httpx
 
-from autotune.engines.base import Failure, FailureClass, PhaseCallback, Server, StartupReport
+from autotune.engines.base import PhaseCallback, Server
 from autotune.engines.process import ServerProcess, free_port
 from autotune.engines.vllm_log import classify_failure, fatal_line, parse_startup_log
 from autotune.errors import ReplayError, ServerStartFailed
 from autotune.metrics import parse_metrics
 from autotune.trial_config import TrialConfig
+from autotune.vocabulary import Failure, FailureClass, StartupReport
 
 POLL_S = 0.25
 HTTP_TIMEOUT_S = 5.0

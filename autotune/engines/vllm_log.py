@@ -15,7 +15,7 @@ from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
-from autotune.engines.base import Failure, FailureClass, StartupReport
+from autotune.vocabulary import Failure, FailureClass, StartupReport
 
 Phase = Literal["startup", "serving"]
 

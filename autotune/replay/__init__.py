@@ -6,10 +6,8 @@ from autotune.replay.load import LoadMode, LoadSpec, ReplayObserver, RequestSlo
 from autotune.replay.records import Percentiles, ReplayStats, RequestError, RequestRecord
 from autotune.replay.runner import ReplayResult, replay
 from autotune.replay.stats import ItlHistogram, compute_stats, records_frame
-from autotune.replay.transport import AiohttpTransport
 
 __all__ = [
-    "AiohttpTransport",
     "ItlHistogram",
     "LoadMode",
     "LoadSpec",

@@ -30,6 +30,7 @@ import httpx
 from pydantic import BaseModel
 
 from autotune.errors import ReplayError
+from autotune.http_transport import AiohttpTransport
 from autotune.metrics import gauge_lines, parse_metrics, scrape, server_stats_between
 from autotune.replay._modes import run_mode
 from autotune.replay._run import Run
@@ -37,8 +38,7 @@ from autotune.replay.client import fetch_model_name
 from autotune.replay.load import LoadSpec, ReplayObserver, RequestSlo
 from autotune.replay.records import ReplayStats, RequestRecord
 from autotune.replay.stats import compute_stats
-from autotune.replay.transport import AiohttpTransport
-from autotune.server_stats import ServerStats
+from autotune.vocabulary import ServerStats
 from autotune.workload.plan import WorkloadPlan
 
 SATURATION_SCRAPES = 4  # successive rises of the waiting queue that mean "without bound"

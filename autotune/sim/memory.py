@@ -14,13 +14,13 @@ import math
 
 from pydantic import BaseModel, ConfigDict
 
-from autotune.engines.base import FailureClass
 from autotune.errors import InputError
 from autotune.sim.config import SimConfig
 from autotune.sim.hardware import DEFAULT_MAX_CUDAGRAPH_CAPTURE_SIZE, GpuSpec, get_gpu
 from autotune.sim.kv_layout import KvLayout, plan_layout
 from autotune.sim.models import ModelSpec, get_model
 from autotune.sim.units import GIB, MIB
+from autotune.vocabulary import FailureClass
 
 LMCACHE_GPU_BYTES = int(0.9 * GIB)  # field notes: LMCache costs about 0.9 GiB per vLLM
 SUGGESTION_MARGIN_BYTES = 150 * MIB  # gpu_worker.py: the --kv-cache-memory suggestion margin

@@ -15,11 +15,9 @@ import functools
 
 from pydantic import BaseModel
 
-from autotune.engines.base import Failure, FailureClass, StartupReport
 from autotune.replay.load import LoadSpec, RequestSlo
 from autotune.replay.records import ReplayStats, RequestRecord
 from autotune.replay.stats import compute_stats
-from autotune.server_stats import ServerStats
 from autotune.sim.config import SimConfig
 from autotune.sim.engine import (
     EngineCounters,
@@ -29,6 +27,7 @@ from autotune.sim.memory import MemoryReport
 from autotune.sim.prompt import PromptRenderer
 from autotune.sim.units import GIB
 from autotune.sim.virtual_replay import VirtualReplay, start_load
+from autotune.vocabulary import Failure, FailureClass, ServerStats, StartupReport
 from autotune.workload.plan import WorkloadPlan
 
 PLAN_RENDERERS = 4  # plans whose tokenized prompts are kept between predictions

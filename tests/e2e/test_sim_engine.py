@@ -11,9 +11,9 @@ import httpx
 import pytest
 
 from autotune.engines import SimEngine, make_engine
-from autotune.engines.base import FailureClass
 from autotune.errors import InputError
 from autotune.trial_config import TrialConfig
+from autotune.vocabulary import FailureClass
 from tests.engines.contract import EngineContract, RunningServer, launch_failure
 
 pytestmark = pytest.mark.timeout(120)

@@ -22,9 +22,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from autotune.engines.base import FailureClass
 from autotune.engines.vllm_log import classify_failure, parse_startup_log
 from autotune.sim.prompt import render_prompt_token_ids
+from autotune.vocabulary import FailureClass
 from autotune.workload.plan import Message
 
 pytestmark = pytest.mark.timeout(120)

@@ -16,9 +16,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from autotune.engines.base import BaseEngine, FailureClass, Server
+from autotune.engines.base import BaseEngine, Server
 from autotune.errors import ServerStartFailed
 from autotune.trial_config import TrialConfig
+from autotune.vocabulary import FailureClass
 
 
 def session_members(session_id: int) -> list[int]:

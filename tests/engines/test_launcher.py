@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from autotune.engines.base import FailureClass
 from autotune.engines.launcher import launch_process_server
 from autotune.errors import ServerStartFailed
+from autotune.vocabulary import FailureClass
 from tests.engines.contract import session_members
 
 pytestmark = pytest.mark.timeout(60)

@@ -2,13 +2,13 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.engines.base import FailureClass
 from autotune.engines.vllm_log import (
     classify_failure,
     fatal_line,
     parse_engine_stats,
     parse_startup_log,
 )
+from autotune.vocabulary import FailureClass
 
 SUCCESS_LOGS = [
     "run3_fp8.log",

@@ -9,9 +9,9 @@ from collections.abc import Awaitable, Callable
 
 import httpx
 
+from autotune.http_transport import AiohttpTransport
 from autotune.replay.client import RequestOutcome, send_request
 from autotune.replay.records import RequestError
-from autotune.replay.transport import AiohttpTransport
 from tests.replay.conftest import free_port, make_plan
 
 Answer = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]

@@ -16,10 +16,15 @@ import optuna
 import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-from autotune.engines.base import Failure, FailureClass, HardwareFingerprint, StartupReport
 from autotune.replay.records import Percentiles, ReplayStats
-from autotune.server_stats import ServerStats
 from autotune.trial_config import TrialConfig
+from autotune.vocabulary import (
+    Failure,
+    FailureClass,
+    HardwareFingerprint,
+    ServerStats,
+    StartupReport,
+)
 from autotune.workload.expand import load_plan
 
 MODEL = "qwen3.6-27b-awq"

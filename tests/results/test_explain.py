@@ -10,9 +10,9 @@ from autotune.explain import (
     param_importances,
     prefix_cache_sentences,
 )
-from autotune.server_stats import ServerStats
 from autotune.study_reader import TrialRow, load_study
 from autotune.trial_config import TrialConfig
+from autotune.vocabulary import ServerStats
 
 from .conftest import GIB, MODEL, Point, build_study
 

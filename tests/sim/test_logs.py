@@ -8,7 +8,6 @@ import re
 
 import pytest
 
-from autotune.engines.base import FailureClass
 from autotune.engines.vllm_log import classify_failure, parse_engine_stats, parse_startup_log
 from autotune.errors import InputError
 from autotune.sim import logs
@@ -18,6 +17,7 @@ from autotune.sim.logs import VllmLog
 from autotune.sim.memory import plan_memory
 from autotune.sim.models import get_model
 from autotune.sim.startup import StartupSequence
+from autotune.vocabulary import FailureClass
 
 PREFIX = re.compile(
     r"^\((APIServer|EngineCore) pid=\d+\) (INFO|WARNING|ERROR) "

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.engines.base import FailureClass
 from autotune.replay.load import LoadSpec, RequestSlo
 from autotune.sim.config import SimConfig
 from autotune.sim.predict import predict
 from autotune.sim.prompt import render_prompt_token_ids
 from autotune.sim.sweep import baseline_config, closed_loop_sweep
 from autotune.sim.units import GIB
+from autotune.vocabulary import FailureClass
 from autotune.workload.expand import expand
 from autotune.workload.gen import ChatParams, ClaudeCodeParams, chat, claudecode, fixed
 from autotune.workload.plan import WorkloadPlan

@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 import uvicorn
 
-from autotune.replay.transport import AiohttpTransport
+from autotune.http_transport import AiohttpTransport
 from autotune.workload.importers.requests_log import SESSION_HEADER
 from autotune.workload.plan import Endpoint
 from autotune.workload.recorder import FLUSH_INTERVAL_S, Exchange, Recorder
