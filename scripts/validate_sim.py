@@ -25,10 +25,10 @@ from pydantic import BaseModel
 from autotune.replay.load import LoadSpec
 from autotune.replay.stats import compute_stats
 from autotune.sim.config import SimConfig
-from autotune.sim.engine import MAX_RUN_STEPS, SimEngineCore, SimRequest
 from autotune.sim.memory import plan_memory
 from autotune.sim.predict import predict
 from autotune.sim.prompt import PromptRenderer
+from autotune.sim.scheduler import MAX_RUN_STEPS, SimEngineCore, SimRequest
 from autotune.sim.step_results import DecodeRun, StepResult
 from autotune.sim.sweep import baseline_config, closed_loop_sweep
 from autotune.sim.units import GIB

@@ -25,7 +25,7 @@ from autotune.sim.faults import FaultInjector
 from autotune.sim.flags import ServeArgs
 from autotune.sim.metrics_export import CONTENT_TYPE, VllmMetrics
 from autotune.sim.prompt import PromptRenderer
-from autotune.sim.runloop import EngineDeadError, EngineRunner
+from autotune.sim.scaled_time_loop import EngineDeadError, EngineRunner
 from autotune.sim.sse import SseResponse, StreamWriter, wait_disconnect
 from autotune.workload.plan import Message
 

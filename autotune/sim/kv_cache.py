@@ -4,7 +4,7 @@ Mirrors vLLM's KV cache manager in block counts: a request holds
 ``num_attention_groups`` blocks per ``block_size`` tokens of context plus its
 linear-attention state blocks; filled prompt blocks become shared prefix-cache
 entries; unpinned entries count as free and are evicted LRU when a request
-needs room. The scheduler (engine.py) decides who gets blocks; this module
+needs room. The scheduler (scheduler.py) decides who gets blocks; this module
 only keeps the books.
 """
 

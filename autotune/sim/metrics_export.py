@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from autotune.sim.engine import EngineCounters
+from autotune.sim.scheduler import EngineCounters
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 ENGINE_INDEX = "0"

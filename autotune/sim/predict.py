@@ -19,12 +19,12 @@ from autotune.replay.load import LoadSpec, RequestSlo
 from autotune.replay.records import ReplayStats, RequestRecord
 from autotune.replay.stats import compute_stats
 from autotune.sim.config import SimConfig
-from autotune.sim.engine import (
+from autotune.sim.memory import MemoryReport
+from autotune.sim.prompt import PromptRenderer
+from autotune.sim.scheduler import (
     EngineCounters,
     SimEngineCore,
 )
-from autotune.sim.memory import MemoryReport
-from autotune.sim.prompt import PromptRenderer
 from autotune.sim.units import GIB
 from autotune.sim.virtual_replay import VirtualReplay, start_load
 from autotune.vocabulary import Failure, FailureClass, ServerStats, StartupReport

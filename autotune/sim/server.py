@@ -25,7 +25,6 @@ import uvicorn
 from autotune.errors import InputError
 from autotune.sim import logs
 from autotune.sim.api import SimApi
-from autotune.sim.engine import SimEngineCore
 from autotune.sim.faults import FaultInjector
 from autotune.sim.flags import ServeArgs, parse_serve_args
 from autotune.sim.hardware import get_gpu
@@ -33,7 +32,8 @@ from autotune.sim.logs import VllmLog
 from autotune.sim.memory import MemoryReport, plan_memory
 from autotune.sim.metrics_export import CacheInfo, VllmMetrics
 from autotune.sim.models import get_model
-from autotune.sim.runloop import EngineRunner
+from autotune.sim.scaled_time_loop import EngineRunner
+from autotune.sim.scheduler import SimEngineCore
 from autotune.sim.startup import StartupSequence
 from autotune.sim.stats_log import StatsLogger
 

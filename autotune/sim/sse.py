@@ -17,7 +17,7 @@ from starlette.types import Receive, Scope, Send
 
 from autotune.sim import responses as shapes
 from autotune.sim.faults import FaultInjector
-from autotune.sim.runloop import EngineDeadError, RequestStream
+from autotune.sim.scaled_time_loop import EngineDeadError, RequestStream
 
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),

@@ -12,9 +12,9 @@ import asyncio
 from dataclasses import dataclass
 
 from autotune.sim import logs
-from autotune.sim.engine import EngineCounters
 from autotune.sim.logs import VllmLog
-from autotune.sim.runloop import EngineRunner
+from autotune.sim.scaled_time_loop import EngineRunner
+from autotune.sim.scheduler import EngineCounters
 
 STATS_SOURCE = "loggers.py:276"
 SPEC_SOURCE = "metrics.py:121"

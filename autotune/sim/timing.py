@@ -1,6 +1,6 @@
 """How long one engine step takes: a roofline over the step's bytes and FLOPs.
 
-The scheduler (engine.py) describes each step as a ``StepShape`` and asks a
+The scheduler (scheduler.py) describes each step as a ``StepShape`` and asks a
 ``StepTimeModel`` for its duration, so a calibrated model (a lookup table, a
 regression on real traces) can replace ``RooflineTimeModel`` without touching
 the scheduler.

@@ -20,8 +20,8 @@ from autotune.replay.load import LoadSpec
 from autotune.replay.records import RequestError, RequestRecord
 from autotune.replay.runner import rising_without_bound
 from autotune.replay.stats import ItlHistogram
-from autotune.sim.engine import DecodeRun, SimEngineCore, SimRequest, StepResult
 from autotune.sim.prompt import PromptRenderer
+from autotune.sim.scheduler import DecodeRun, SimEngineCore, SimRequest, StepResult
 from autotune.workload.plan import PlannedRequest, WorkloadPlan
 
 SCRAPE_INTERVAL_S = 5.0  # the replayer's default /metrics interval, in modelled seconds

@@ -6,8 +6,8 @@ import pytest
 
 from autotune.errors import InputError
 from autotune.sim.config import SimConfig
-from autotune.sim.engine import CACHE_UNIT_MIN_TOKENS, SimEngineCore, SimRequest, StepResult
 from autotune.sim.prefix_cache import PrefixCache
+from autotune.sim.scheduler import CACHE_UNIT_MIN_TOKENS, SimEngineCore, SimRequest, StepResult
 from autotune.sim.units import GIB
 
 

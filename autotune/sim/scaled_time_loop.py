@@ -1,4 +1,4 @@
-"""The run loop: one asyncio task drives the engine core in scaled wall time.
+"""The scaled-time loop: one asyncio task drives the scheduler in scaled wall time.
 
 Each ``SimEngineCore.step()`` models ``duration_s`` seconds; the loop sleeps
 ``duration_s / time_scale`` of wall time, then hands the step's tokens to the
@@ -22,9 +22,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from autotune.sim.engine import SimEngineCore, SimRequest, StepResult
 from autotune.sim.faults import CRASH_ROOT_CAUSE, FaultInjector
 from autotune.sim.metrics_export import RequestTiming, VllmMetrics
+from autotune.sim.scheduler import SimEngineCore, SimRequest, StepResult
 
 MIN_SLEEP_S = 0.001  # wall; shorter waits are batched
 MAX_LAG_S = 1.0  # wall; behind by more than this (a stalled CPU), re-anchor the clock
