@@ -17,6 +17,7 @@ from rich.table import Table
 from autotune.errors import InputError
 from autotune.explain import format_flag_value
 from autotune.replay.load import LoadSpec
+from autotune.sim.calibration import CalibrationProfile
 from autotune.sim.config import SimConfig
 from autotune.sim.flags import parse_serve_args
 from autotune.sim.hardware import get_gpu
@@ -211,20 +212,41 @@ def _scaled(value: float | None, ratio: float | None) -> float | None:
     return value if ratio is None else value * ratio
 
 
+def _applying(
+    calibration: CalibrationProfile | None, config: SimConfig
+) -> CalibrationProfile | None:
+    """``calibration`` when it was fitted for ``config``'s GPU and model (or for any)."""
+    if calibration is None or calibration.hardware not in (None, config.hardware):
+        return None
+    return calibration if calibration.model in (None, config.model) else None
+
+
 def what_if_rows(
-    studies: list[LoadedStudy], gpus: list[str], *, prices: dict[str, float] | None = None
+    studies: list[LoadedStudy],
+    gpus: list[str],
+    *,
+    prices: dict[str, float] | None = None,
+    calibration: CalibrationProfile | None = None,
 ) -> list[ComparisonRow]:
-    """Per study and GPU, the best config as the calibrated simulator predicts it."""
+    """Per study and GPU, the best config as the calibrated simulator predicts it.
+
+    ``calibration``: a profile (``autotune sim calibrate``) used for every
+    prediction on the GPU and model it was fitted for; InputError if it fits
+    none of them.
+    """
     for gpu in gpus:
         get_gpu(gpu)
     rows = []
+    used = False
     for loaded in studies:
         best = loaded.best()
         if best.config is None:
             raise InputError(f"study {loaded.name!r}: trial {best.number} stored no config")
         plan, load = study_plan(loaded)
         own = catalog_gpu(loaded)
-        own_prediction = predict(sim_config(best.config, own), plan, load)
+        own_config = sim_config(best.config, own)
+        own_profile = _applying(calibration, own_config)
+        own_prediction = predict(own_config, plan, load, calibration=own_profile)
         own_stats = own_prediction.stats
         ratios: dict[str, float | None] = {"throughput": None, "ttft": None, "tpot": None}
         if own_prediction.failure is None:  # else nothing to calibrate against: raw figures
@@ -234,8 +256,17 @@ def what_if_rows(
                 "tpot": _ratio(best.tpot_p95_s, own_stats.tpot.p95),
             }
         for gpu in gpus:
-            prediction = predict(sim_config(best.config, gpu), plan, load)
+            config = sim_config(best.config, gpu)
+            profile = _applying(calibration, config)
+            used = used or profile is not None or own_profile is not None
+            prediction = predict(config, plan, load, calibration=profile)
             rows.append(_predicted_row(loaded, best, gpu, prediction, ratios, own, prices))
+    if calibration is not None and not used:
+        raise InputError(
+            f"calibration profile {calibration.source or '(unnamed)'} (hardware "
+            f"{calibration.hardware}, model {calibration.model}) fits none of the compared "
+            "GPUs and models"
+        )
     return rows
 
 

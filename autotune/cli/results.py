@@ -23,6 +23,7 @@ from autotune.cli._common import (
 )
 from autotune.errors import InputError
 from autotune.explain import explain as explain_study
+from autotune.sim.calibration import load_profile
 from autotune.study_reader import dashboard_argv, load_study
 
 
@@ -108,6 +109,13 @@ def compare(
             "calibrated on the study's own GPU.",
         ),
     ] = None,
+    calibration: Annotated[
+        Path | None,
+        typer.Option(
+            "--calibration",
+            help="Calibration profile (autotune sim calibrate) for --what-if predictions.",
+        ),
+    ] = None,
 ) -> None:
     """One table across studies: best config, throughput, latency, KV tokens, tok/s per $."""
     _quiet_optuna()
@@ -115,7 +123,8 @@ def compare(
     loaded = [load_study(storage, name) for name in studies]
     rows = compare_mod.compare_rows(loaded, prices=prices)
     if what_if:
-        rows += compare_mod.what_if_rows(loaded, what_if, prices=prices)
+        profile = None if calibration is None else load_profile(calibration)
+        rows += compare_mod.what_if_rows(loaded, what_if, prices=prices, calibration=profile)
     console().print(compare_mod.comparison_table(rows))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -12,6 +13,7 @@ from rich.table import Table
 from autotune.cli._common import console, handle_errors
 from autotune.errors import InputError
 from autotune.sim import server
+from autotune.sim.calibration import load_profile
 from autotune.sim.config import SimConfig
 from autotune.sim.hardware import gpu_names
 from autotune.sim.memory import MemoryReport, plan_memory
@@ -45,6 +47,13 @@ PrefixOption = Annotated[
 LmcacheOption = Annotated[bool, typer.Option("--lmcache", help="LMCache connector on.")]
 EagerOption = Annotated[bool, typer.Option("--enforce-eager", help="No CUDA graphs.")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+CalibrationOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--calibration",
+        help="A calibration profile (autotune sim calibrate) whose speed constants to use.",
+    ),
+]
 
 
 def _int_or_none(text: str | None, field: str) -> int | None:
@@ -157,9 +166,11 @@ def predict_command(
     language_model_only: LmOnlyOption = None,
     enable_prefix_caching: PrefixOption = None,
     seed: Annotated[int, typer.Option(help="Seed of the draft-acceptance draws.")] = 0,
+    calibration: CalibrationOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Closed-loop throughput and latency for each concurrency x MTP (the hand-run table)."""
+    profile = None if calibration is None else load_profile(calibration)
     base = baseline_config(
         hardware,
         model,
@@ -180,6 +191,7 @@ def predict_command(
         output_tokens=output_tokens,
         requests_per_client=requests_per_client,
         seed=seed,
+        calibration=profile,
     )
     if as_json:
         payload = {
@@ -189,6 +201,7 @@ def predict_command(
             "output_tokens": output_tokens,
             "requests_per_client": requests_per_client,
             "config": base.model_dump(mode="json"),
+            "calibration": None if calibration is None else str(calibration),
             "rows": [row.model_dump(mode="json") for row in rows],
         }
         typer.echo(json.dumps(payload))
@@ -222,6 +235,9 @@ def _print_sweep(
         )
     out = console()
     out.print(table)
+    expected = next((row.expected_error for row in rows if row.expected_error is not None), None)
+    if expected is not None:
+        out.print(f"calibrated: expected error about {expected:.0%} per figure")
     for reason in reasons:
         out.print(f"[red]{reason}[/red]")
 

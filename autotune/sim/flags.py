@@ -14,11 +14,13 @@ import argparse
 import json
 import os
 import re
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from autotune.errors import InputError
+from autotune.sim.calibration import CalibrationProfile, load_profile
 from autotune.sim.config import SimConfig
 from autotune.sim.faults import FaultConfig
 from autotune.sim.hardware import get_gpu
@@ -98,6 +100,7 @@ class ServeArgs(BaseModel):
     dev_mode: bool = False  # VLLM_SERVER_DEV_MODE=1: /reset_prefix_cache and friends
     startup_s: float | None = None  # modelled startup time; None: from the model
     vllm_version: str = EMULATED_VLLM_VERSION
+    calibration: CalibrationProfile | None = None  # speed constants; None: the defaults
     non_default_args: dict[str, Any] = {}  # as vLLM logs them ("non-default args: {...}")
     # WARNING lines vLLM's argument handling logs: (file:line, message)
     warnings: tuple[tuple[str, str], ...] = ()
@@ -249,6 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--noise", type=float, default=0.0)
     sim.add_argument("--startup-s", type=float, default=None)
     sim.add_argument("--emulate-vllm-version", default=EMULATED_VLLM_VERSION)
+    sim.add_argument("--calibration", default=None, help="calibration profile (YAML)")
     sim.add_argument("--fault-crash-after-requests", type=int, default=None)
     sim.add_argument("--fault-hang-at-startup", action="store_true")
     sim.add_argument("--fault-5xx-rate", type=_fraction, default=0.0)
@@ -324,6 +328,13 @@ def parse_serve_args(argv: list[str], *, environ: dict[str, str] | None = None) 
         )
     except ValidationError as exc:
         parser.error(repr(exc))
+    calibration = None
+    if ns.calibration is not None:
+        try:
+            calibration = load_profile(Path(ns.calibration))
+            calibration.check_applies(sim)
+        except InputError as exc:
+            parser.error(str(exc))
     api_keys = tuple(ns.api_key or ([env["VLLM_API_KEY"]] if env.get("VLLM_API_KEY") else []))
     return ServeArgs(
         sim=sim,
@@ -338,6 +349,7 @@ def parse_serve_args(argv: list[str], *, environ: dict[str, str] | None = None) 
         dev_mode=env.get("VLLM_SERVER_DEV_MODE") == "1",
         startup_s=ns.startup_s,
         vllm_version=ns.emulate_vllm_version,
+        calibration=calibration,
         non_default_args=_non_default_args(parser, ns, model),
         warnings=tuple(warnings),
     )
@@ -363,6 +375,7 @@ _SIM_ONLY = frozenset(
         "noise",
         "startup_s",
         "emulate_vllm_version",
+        "calibration",
         "fault_crash_after_requests",
         "fault_hang_at_startup",
         "fault_5xx_rate",

@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from autotune.replay.load import LoadSpec, RequestSlo
 from autotune.replay.records import ReplayStats, RequestRecord
 from autotune.replay.stats import compute_stats
+from autotune.sim.calibration import CalibrationProfile, profile_constants
 from autotune.sim.config import SimConfig
 from autotune.sim.memory import MemoryReport
 from autotune.sim.prompt import PromptRenderer
@@ -42,6 +43,8 @@ class Prediction(BaseModel):
     memory: MemoryReport
     startup: StartupReport | None
     failure: Failure | None
+    # Relative error to expect (the calibration profile's); None: uncalibrated.
+    expected_error: float | None = None
 
 
 @functools.lru_cache(maxsize=PLAN_RENDERERS)
@@ -114,15 +117,19 @@ def predict(
     seed: int = 0,
     noise: float = 0.0,
     renderer: PromptRenderer | None = None,
+    calibration: CalibrationProfile | None = None,
 ) -> Prediction:
     """Predict what replaying ``plan`` under ``load`` against ``config`` would measure.
 
     ``renderer``: the prompt renderer to use; by default one kept per plan (the
     last few plans), so repeated predictions of a plan (a study, a sweep)
-    tokenize its prompts once. Raises InputError for a configuration the
+    tokenize its prompts once. ``calibration``: a profile whose speed constants
+    replace the defaults (its expected error is reported); InputError if it was
+    fitted for another GPU or model. Raises InputError for a configuration the
     simulated vLLM rejects outright.
     """
-    engine = SimEngineCore(config, seed=seed, noise=noise)
+    constants, expected_error = profile_constants(calibration, config)
+    engine = SimEngineCore(config, seed=seed, noise=noise, constants=constants)
     memory = engine.memory
     if not memory.fits:
         failure = Failure(
@@ -137,6 +144,7 @@ def predict(
             memory=memory,
             startup=None,
             failure=failure,
+            expected_error=expected_error,
         )
     if renderer is None:
         renderer = _plan_renderer((plan.name, plan.digest, plan.token_space, len(plan.requests)))
@@ -156,6 +164,7 @@ def predict(
                 log_excerpt=oom,
                 seconds=engine.clock_s,
             ),
+            expected_error=expected_error,
         )
     records = sorted(replay.records, key=lambda record: record.send_s)
     stats = compute_stats(
@@ -172,4 +181,5 @@ def predict(
         memory=memory,
         startup=startup_report(memory),
         failure=None,
+        expected_error=expected_error,
     )

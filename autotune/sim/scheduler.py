@@ -30,6 +30,7 @@ from autotune.sim.kv_cache import (
 )
 from autotune.sim.memory import MemoryReport, plan_memory, torch_oom_text
 from autotune.sim.models import get_model
+from autotune.sim.speed_constants import DEFAULT_CONSTANTS, SpeedConstants
 from autotune.sim.step_results import DecodeRun, EngineCounters, StepResult, TokenOutput
 from autotune.sim.timing import RooflineTimeModel, StepShape, StepTimeModel
 
@@ -67,6 +68,7 @@ class SimEngineCore:
         noise: float = 0.0,
         mtp_acceptance: Sequence[float] | None = None,
         time_model: StepTimeModel | None = None,
+        constants: SpeedConstants = DEFAULT_CONSTANTS,
     ) -> None:
         self.config = config
         self.memory: MemoryReport = plan_memory(config)
@@ -76,7 +78,11 @@ class SimEngineCore:
         )
         model = get_model(config.model)
         self._time_model = time_model or RooflineTimeModel(
-            get_gpu(config.hardware), model, self.memory, enforce_eager=config.enforce_eager
+            get_gpu(config.hardware),
+            model,
+            self.memory,
+            enforce_eager=config.enforce_eager,
+            constants=constants,
         )
         self._rng = random.Random(seed)
         self._noise = noise
@@ -85,7 +91,12 @@ class SimEngineCore:
         self._acceptance = self._conditional_acceptance(
             next(
                 rates
-                for rates in (mtp_acceptance, config.mtp_acceptance, model.default_mtp_acceptance)
+                for rates in (
+                    mtp_acceptance,
+                    config.mtp_acceptance,
+                    constants.mtp_acceptance,
+                    model.default_mtp_acceptance,
+                )
                 if rates is not None
             )
         )

@@ -25,6 +25,7 @@ import uvicorn
 from autotune.errors import InputError
 from autotune.sim import logs
 from autotune.sim.api import SimApi
+from autotune.sim.calibration import profile_constants
 from autotune.sim.faults import FaultInjector
 from autotune.sim.flags import ServeArgs, parse_serve_args
 from autotune.sim.hardware import get_gpu
@@ -168,7 +169,8 @@ def build_api(
 
     The run loop is not started: ``api.runner.run()`` is the caller's task.
     """
-    core = SimEngineCore(args.sim, seed=args.sim.seed, noise=args.noise)
+    constants, _ = profile_constants(args.calibration, args.sim)
+    core = SimEngineCore(args.sim, seed=args.sim.seed, noise=args.noise, constants=constants)
     memory = core.memory
     metrics = VllmMetrics(
         model_name=args.served_model_name, num_speculative_tokens=args.sim.num_speculative_tokens

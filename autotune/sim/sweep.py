@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict
 
 from autotune.errors import InputError
 from autotune.replay.load import LoadSpec
+from autotune.sim.calibration import CalibrationProfile
 from autotune.sim.config import SimConfig
 from autotune.sim.memory import plan_memory
 from autotune.sim.predict import predict
@@ -49,6 +50,7 @@ class SweepRow(BaseModel):
     preemptions: int | None
     kv_cache_tokens: int
     failure: str | None  # failure class when the configuration does not run
+    expected_error: float | None = None  # the calibration profile's; None: uncalibrated
 
 
 def _rejected_row(concurrency: int, mtp: int, reason: str) -> SweepRow:
@@ -85,6 +87,7 @@ def closed_loop_sweep(
     output_tokens: int,
     requests_per_client: int = REQUESTS_PER_CLIENT,
     seed: int = 0,
+    calibration: CalibrationProfile | None = None,
 ) -> list[SweepRow]:
     """Predict every (concurrency, MTP) cell; raises InputError for a bad grid."""
     if not concurrencies or min(concurrencies) < 1:
@@ -92,6 +95,8 @@ def closed_loop_sweep(
     if not mtps or min(mtps) < 0:
         raise InputError(f"mtp values must be >= 0, but got {list(mtps)}")
     plan_memory(base)  # unknown hardware, model or flag values fail the whole sweep
+    if calibration is not None:
+        calibration.check_applies(base)
     rows: list[SweepRow] = []
     for concurrency in concurrencies:
         plan = expand(
@@ -106,7 +111,9 @@ def closed_loop_sweep(
         for mtp in mtps:
             config = base.model_copy(update={"num_speculative_tokens": mtp})
             try:
-                prediction = predict(config, plan, load, seed=seed, renderer=renderer)
+                prediction = predict(
+                    config, plan, load, seed=seed, renderer=renderer, calibration=calibration
+                )
             except InputError as exc:  # e.g. MTP on a model without a draft head
                 rows.append(_rejected_row(concurrency, mtp, str(exc)))
                 continue
@@ -126,6 +133,7 @@ def closed_loop_sweep(
                     preemptions=server.preemptions,
                     kv_cache_tokens=prediction.memory.kv_cache_tokens,
                     failure=None if ran else prediction.failure.failure_class.value,  # type: ignore[union-attr]  # ran is False
+                    expected_error=prediction.expected_error,
                 )
             )
     return rows

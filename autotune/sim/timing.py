@@ -11,7 +11,8 @@ bandwidth, against FLOPs (2 per GEMM parameter per token, plus attention) over
 tensor throughput, the two overlapping imperfectly. Fixed costs: a per-step launch
 overhead (larger without CUDA graphs), a per-sequence CPU cost, one pass of
 the draft head per speculative token, and PCIe copies of external (LMCache)
-prefix hits.
+prefix hits. The constants (efficiencies, overheads) are a ``SpeedConstants``
+value: the defaults, or a calibration profile's.
 """
 
 from __future__ import annotations
@@ -23,16 +24,7 @@ from typing import Protocol
 from autotune.sim.hardware import GpuSpec
 from autotune.sim.memory import MemoryReport
 from autotune.sim.models import ModelSpec
-
-BANDWIDTH_EFFICIENCY = 0.9  # achieved / peak HBM bandwidth for large streaming reads
-COMPUTE_EFFICIENCY = 0.85  # achieved / peak tensor throughput (Marlin / cuBLAS GEMMs)
-OVERLAP_PENALTY = 0.1  # share of the shorter of memory/compute time not hidden by the other
-STEP_OVERHEAD_S = 1.2e-3  # launch + scheduling per step with CUDA graphs
-EAGER_OVERHEAD_PER_LAYER_S = 60e-6  # kernel launches per layer without a CUDA graph
-PIECEWISE_OVERHEAD_S = 0.8e-3  # mixed prefill/decode steps run attention outside graphs
-PER_SEQ_OVERHEAD_S = 25e-6  # input preparation, sampling and detokenization per sequence
-DRAFT_PASS_OVERHEAD_S = 0.35e-3  # launch cost of one draft-head forward
-SPEC_PER_SEQ_OVERHEAD_S = 20e-6  # rejection sampling and bookkeeping per sequence per draft
+from autotune.sim.speed_constants import DEFAULT_CONSTANTS, SpeedConstants
 
 
 @dataclass(frozen=True)
@@ -63,16 +55,23 @@ class RooflineTimeModel:
     """The default step-time model; see the module docstring."""
 
     def __init__(
-        self, gpu: GpuSpec, model: ModelSpec, memory: MemoryReport, *, enforce_eager: bool
+        self,
+        gpu: GpuSpec,
+        model: ModelSpec,
+        memory: MemoryReport,
+        *,
+        enforce_eager: bool,
+        constants: SpeedConstants = DEFAULT_CONSTANTS,
     ) -> None:
         self._model = model
         self._memory = memory
-        self._bandwidth = gpu.bandwidth_bytes_s * BANDWIDTH_EFFICIENCY
+        self._constants = constants
+        self._bandwidth = gpu.bandwidth_bytes_s * constants.bandwidth_efficiency
         self._pcie = gpu.pcie_bytes_s
         self._peak_flops = gpu.fp8_flops if model.weight_format == "fp8" else gpu.bf16_flops
         self._weight_stream_bytes = model.weights_bytes - model.embedding_bytes
         self._capture_sizes = list(memory.cudagraph_capture_sizes)
-        self._eager_overhead_s = EAGER_OVERHEAD_PER_LAYER_S * model.num_layers
+        self._eager_overhead_s = constants.eager_overhead_per_layer_s * model.num_layers
         self._enforce_eager = enforce_eager
         # Attention FLOPs per query-key pair: QK^T and PV, 2 FLOPs per multiply-add.
         num_attention = model.num_full_attention_layers
@@ -87,16 +86,25 @@ class RooflineTimeModel:
 
     def _padded_tokens(self, num_tokens: int, has_prefill: bool) -> tuple[int, float]:
         """Tokens actually computed (CUDA-graph padding) and the launch overhead."""
+        constants = self._constants
+        eager_s = constants.step_overhead_s + self._eager_overhead_s
         if self._enforce_eager or not self._capture_sizes:
-            return num_tokens, STEP_OVERHEAD_S + self._eager_overhead_s
+            return num_tokens, eager_s
         index = bisect.bisect_left(self._capture_sizes, num_tokens)
         if index == len(self._capture_sizes):
-            return num_tokens, STEP_OVERHEAD_S + self._eager_overhead_s
+            return num_tokens, eager_s
         padded = self._capture_sizes[index]
-        return padded, STEP_OVERHEAD_S + (PIECEWISE_OVERHEAD_S if has_prefill else 0.0)
+        piecewise_s = constants.piecewise_overhead_s if has_prefill else 0.0
+        return padded, constants.step_overhead_s + piecewise_s
 
-    def _compute_s(self, flops: float) -> float:
-        return flops / (self._peak_flops * COMPUTE_EFFICIENCY)
+    def _compute_s(self, flops: float, prefill_share: float = 0.0) -> float:
+        """FLOPs over the peak; the prompt's share at the prefill efficiency."""
+        constants = self._constants
+        decode_s = flops * (1.0 - prefill_share) / (self._peak_flops * constants.compute_efficiency)
+        if not prefill_share:
+            return decode_s
+        peak = self._peak_flops * constants.prefill_compute_efficiency
+        return decode_s + flops * prefill_share / peak
 
     def step_time_s(self, shape: StepShape) -> float:
         if shape.num_seqs == 0:
@@ -114,10 +122,11 @@ class RooflineTimeModel:
             + self._attn_flops_per_pair * shape.attention_pairs
             + self._linear_flops_per_token * tokens
         )
+        constants = self._constants
         memory_s = bytes_moved / self._bandwidth
-        compute_s = self._compute_s(flops)
-        time_s = max(memory_s, compute_s) + OVERLAP_PENALTY * min(memory_s, compute_s)
-        time_s += overhead_s + PER_SEQ_OVERHEAD_S * shape.num_seqs
+        compute_s = self._compute_s(flops, shape.num_prefill_tokens / max(1, shape.num_tokens))
+        time_s = max(memory_s, compute_s) + constants.overlap_penalty * min(memory_s, compute_s)
+        time_s += overhead_s + constants.per_seq_overhead_s * shape.num_seqs
         if shape.num_draft_passes:
             draft_bytes = self._model.mtp_draft_read_bytes
             draft_memory_s = draft_bytes / self._bandwidth
@@ -125,8 +134,8 @@ class RooflineTimeModel:
             draft_compute_s = self._compute_s(draft_bytes * shape.num_spec_seqs)
             time_s += shape.num_draft_passes * (
                 max(draft_memory_s, draft_compute_s)
-                + DRAFT_PASS_OVERHEAD_S
-                + SPEC_PER_SEQ_OVERHEAD_S * shape.num_spec_seqs
+                + constants.draft_pass_overhead_s
+                + constants.spec_per_seq_overhead_s * shape.num_spec_seqs
             )
         if shape.external_load_tokens:
             time_s += shape.external_load_tokens * memory.attention_bytes_per_token / self._pcie
