@@ -27,6 +27,7 @@ from autotune.sim.metrics_export import CONTENT_TYPE, VllmMetrics
 from autotune.sim.prompt import PromptRenderer
 from autotune.sim.scaled_time_loop import EngineDeadError, EngineRunner
 from autotune.sim.sse import SseResponse, StreamWriter, wait_disconnect
+from autotune.workload.chat_tools import system_with_tools
 from autotune.workload.plan import Message
 
 GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")  # vLLM's --api-key middleware
@@ -210,10 +211,20 @@ class SimApi:
             for m in raw
             if isinstance(m, dict)
         ]
-        system = None
-        if endpoint == "anthropic.messages" and body.get("system") is not None:
-            system = _content_text(body["system"])
-        return self.renderer.render(system, messages, endpoint)  # type: ignore[arg-type]
+        tools = body.get("tools")
+        if endpoint != "anthropic.messages":
+            if messages[0].role == "system":
+                first = system_with_tools(messages[0].text, tools) or ""
+                messages[0] = Message(role="system", text=first)
+            elif (block := system_with_tools(None, tools)) is not None:
+                messages.insert(0, Message(role="system", text=block))
+            return self.renderer.render(None, messages, endpoint)  # type: ignore[arg-type]
+        # The Anthropic face folds system turns into the system text; the tools follow it.
+        parts = [_content_text(body["system"])] if body.get("system") is not None else []
+        parts += [m.text for m in messages if m.role == "system"]
+        turns = [m for m in messages if m.role != "system"]
+        system = system_with_tools("\n\n".join(parts) or None, tools)
+        return self.renderer.render(system, turns, endpoint)  # type: ignore[arg-type]
 
     def _max_tokens(self, body: dict[str, Any], prompt_tokens: int) -> int:
         if prompt_tokens >= self.max_model_len:

@@ -1,7 +1,8 @@
 """Render OpenAI / Anthropic request bodies to plain text messages.
 
 The workload format holds plain-text messages: tool calls, tool results and
-thinking blocks become text; tool definitions become part of the system text.
+thinking blocks become text; tool definitions become part of the system text,
+as the served model's chat template writes them (``autotune.workload.chat_tools``).
 Claude Code's per-request attribution block (``x-anthropic-billing-header``)
 is dropped from the system prompt, since it would defeat prefix caching.
 """
@@ -12,6 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from autotune.workload.chat_tools import system_with_tools
 from autotune.workload.plan import Endpoint
 
 BILLING_HEADER_PREFIX = "x-anthropic-billing-header"
@@ -69,10 +71,8 @@ def _role(role: Any) -> str:
 
 
 def _system_text(parts: list[str], tools: Any) -> str | None:
-    if isinstance(tools, list) and tools:
-        parts = [*parts, "# Tools", *(_json(tool) for tool in tools)]
     text = "\n".join(part for part in parts if part)
-    return text or None
+    return system_with_tools(text or None, tools)
 
 
 def _max_tokens(body: dict[str, Any]) -> int | None:

@@ -81,7 +81,7 @@ def test_render_anthropic_strips_billing_header_and_renders_tools() -> None:
         }
     )  # fmt: skip
     assert call.system is not None
-    assert call.system.startswith("You are Claude Code.\n# Tools\n")
+    assert call.system.startswith("You are Claude Code.\n\n# Tools\n")
     assert '"name": "Read"' in call.system and "billing" not in call.system
     assert call.messages[1] == ("assistant", 'hmm\n{"input": {"path": "a"}, "tool_use": "Read"}')
     assert call.messages[2] == ("user", "file body")
