@@ -19,6 +19,10 @@ def _listen(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def _tell(notice: str) -> None:
+    console().print(notice, highlight=False, soft_wrap=True, markup=False)
+
+
 @handle_errors
 def record(
     upstream: Annotated[str, typer.Option(help="Server to forward to, e.g. http://localhost:8000")],
@@ -30,9 +34,9 @@ def record(
 ) -> None:
     """Proxy OpenAI / Anthropic traffic to UPSTREAM and record it as a workload.
 
-    Point Claude Code at it with ANTHROPIC_BASE_URL=http://HOST:PORT, and set
-    "CLAUDE_CODE_ATTRIBUTION_HEADER": "0" under "env" in ~/.claude/settings.json
-    so its prefixes stay cacheable.
+    Point Claude Code at it with ANTHROPIC_BASE_URL=http://HOST:PORT and
+    ANTHROPIC_MODEL=<the server's served model name>, and set
+    CLAUDE_CODE_ATTRIBUTION_HEADER=0 so its prefixes stay cacheable.
     """
     if not upstream.startswith(("http://", "https://")):
         raise InputError(f"--upstream: expected an http(s) URL, but got {upstream!r}")
@@ -43,7 +47,7 @@ def record(
         highlight=False,
         soft_wrap=True,
     )
-    recorder = serve(upstream, host, port, out, anonymize=anonymize)
+    recorder = serve(upstream, host, port, out, anonymize=anonymize, notify=_tell)
     console().print(
         f"recorded {recorder.recorded} calls to {out} ({recorder.skipped} not recorded: "
         "errors or interrupted streams)",

@@ -179,6 +179,8 @@ def stats(
         typer.echo(result.model_dump_json(indent=2))
         return
     console().print(_stats_table(result))
+    if (note := _billing_header_note(result)) is not None:
+        console().print(note, highlight=False, soft_wrap=True)
 
 
 @app.command("slice")
@@ -231,4 +233,20 @@ def _stats_table(result: WorkloadStats) -> Table:
     table.add_row("duration (recorded arrivals)", f"{result.duration_s:,.1f} s")
     if result.skipped_lines:
         table.add_row("invalid lines skipped", str(result.skipped_lines))
+    if result.billing_header_requests:
+        table.add_row(
+            "recorded with Claude Code's billing header",
+            f"{result.billing_header_requests:,} of {result.requests:,} requests",
+        )
     return table
+
+
+def _billing_header_note(result: WorkloadStats) -> str | None:
+    if not result.billing_header_requests:
+        return None
+    return (
+        f"{result.billing_header_requests} recorded requests carried Claude Code's per-request "
+        "x-anthropic-billing-header block: live, the server missed the prefix cache on each of "
+        "them. This file drops the block, so the ideal prefix-hit ratio above is what the "
+        "traffic reaches with CLAUDE_CODE_ATTRIBUTION_HEADER=0 set."
+    )

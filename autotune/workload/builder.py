@@ -30,6 +30,7 @@ from autotune.workload.schema import (
 )
 from autotune.workload.tokenizer import WordTokenizer
 
+BILLING_HEADER_SOURCE_KEY = "billing_header_requests"  # in the header's ``source``
 DEFAULT_OUTPUT_TOKENS = 256  # when neither usage nor a response says how long the output was
 MAX_TIPS = 64  # branch tips remembered per (session, system prompt)
 
@@ -196,9 +197,14 @@ class WorkloadBuilder:
             name=self.name,
             token_space="words",
             endpoint=self.entries[0].call.endpoint if self.entries else "openai.chat",
-            source={**self.source, "anonymized": self.anonymize},
+            source={**self.source, "anonymized": self.anonymize, **self._billing_source()},
         )
         return Workload(header, prefixes, requests)
+
+    def _billing_source(self) -> dict[str, object]:
+        """``billing_header_requests``: calls that carried Claude Code's billing block."""
+        carried = sum(1 for entry in self.entries if entry.call.billing_header)
+        return {BILLING_HEADER_SOURCE_KEY: carried} if carried else {}
 
     def _content(self, text: str) -> list[Part]:
         tokens = self._tokenizer.count(text)

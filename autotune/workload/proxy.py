@@ -231,9 +231,21 @@ def build_app(
     return RecordingProxy(upstream, recorder, transport=transport)
 
 
-def serve(upstream: str, host: str, port: int, out: Path, *, anonymize: bool = False) -> Recorder:
-    """Run the proxy until interrupted; returns the recorder (its file is written)."""
+def serve(
+    upstream: str,
+    host: str,
+    port: int,
+    out: Path,
+    *,
+    anonymize: bool = False,
+    notify: Callable[[str], None] | None = None,
+) -> Recorder:
+    """Run the proxy until interrupted; returns the recorder (its file is written).
+
+    ``notify`` tells the user about problems in the traffic (once each)."""
     recorder = Recorder(out, anonymize=anonymize)
+    if notify is not None:
+        recorder.notify = notify
     uvicorn.run(
         build_app(upstream, recorder),
         host=host,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +26,24 @@ from autotune.workload.render import render
 from autotune.workload.sse import summarize_response
 
 FLUSH_INTERVAL_S = 1.0
+BILLING_HEADER_NOTICE = (
+    "autotune record: Claude Code puts a per-request x-anthropic-billing-header block first "
+    "in its system prompt, so your server misses the prefix cache on every request. Set "
+    'CLAUDE_CODE_ATTRIBUTION_HEADER=0 in Claude Code\'s environment (or under "env" in '
+    "~/.claude/settings.json) and restart it. The recording drops the block (it replays as "
+    "if the setting were on) and says so in its header."
+)
 _log = logging.getLogger(__name__)
+
+
+def unknown_model_notice(model: object) -> str:
+    """What to set when the server does not serve the model a client asked for."""
+    return (
+        f"autotune record: the server answered 404 to a request for model {model!r}. Claude "
+        "Code asks for its own model names: set ANTHROPIC_MODEL (and "
+        "ANTHROPIC_SMALL_FAST_MODEL) to the server's served model name (GET /v1/models), "
+        f"or start the server with --served-model-name {model}."
+    )
 
 
 @dataclass
@@ -82,10 +100,12 @@ class Recorder:
 
     out: Path
     anonymize: bool = False
+    notify: Callable[[str], None] = _log.warning  # tells the user, once per kind of problem
     builder: WorkloadBuilder = field(init=False)
     recorded: int = 0
     skipped: int = 0
     _dirty: bool = False
+    _told: set[str] = field(default_factory=set)
     _worker: ThreadPoolExecutor = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -127,10 +147,26 @@ class Recorder:
         observed = observed_call(exchange) if 200 <= status < 300 else None
         if observed is None:
             self.skipped += 1
+            if status == 404:
+                self._check_model(exchange)
             return
+        if observed.call.billing_header:
+            self._tell_once(BILLING_HEADER_NOTICE)
         self.builder.add(observed)
         self.recorded += 1
         self._dirty = True
+
+    def _check_model(self, exchange: Exchange) -> None:
+        """A 404 naming the requested model: the server serves it under another name."""
+        model = (_parse_body(exchange.raw_body) or {}).get("model")
+        answer = b"".join(exchange.chunks).decode("utf-8", errors="replace")
+        if isinstance(model, str) and model and model in answer:
+            self._tell_once(unknown_model_notice(model))
+
+    def _tell_once(self, notice: str) -> None:
+        if notice not in self._told:
+            self._told.add(notice)
+            self.notify(notice)
 
 
 def _log_failure(future: Future[Any]) -> None:

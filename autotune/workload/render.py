@@ -4,7 +4,9 @@ The workload format holds plain-text messages: tool calls, tool results and
 thinking blocks become text; tool definitions become part of the system text,
 as the served model's chat template writes them (``autotune.workload.chat_tools``).
 Claude Code's per-request attribution block (``x-anthropic-billing-header``)
-is dropped from the system prompt, since it would defeat prefix caching.
+is dropped from the system prompt, since it would defeat prefix caching; the
+call says it was there (``billing_header``), so the recorder can tell the user
+that their live traffic misses the cache.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ class RenderedCall:
     system: str | None
     messages: tuple[tuple[str, str], ...]
     max_tokens: int | None
+    billing_header: bool = False  # the client sent (and we dropped) a billing block
 
 
 def _json(value: object) -> str:
@@ -70,6 +73,19 @@ def _role(role: Any) -> str:
     return "user"  # user, tool, function, and Claude Code's ctx / msg roles
 
 
+def _strip_billing_header(parts: list[str]) -> tuple[list[str], bool]:
+    """System parts without Claude Code's billing block (a part, or a part's first line)."""
+    kept: list[str] = []
+    found = False
+    for part in parts:
+        if part.startswith(BILLING_HEADER_PREFIX):
+            found = True
+            part = part.partition("\n")[2]
+        if part:
+            kept.append(part)
+    return kept, found
+
+
 def _system_text(parts: list[str], tools: Any) -> str | None:
     text = "\n".join(part for part in parts if part)
     return system_with_tools(text or None, tools)
@@ -87,16 +103,14 @@ def render_anthropic(body: dict[str, Any]) -> RenderedCall:
     """A /v1/messages body."""
     system = body.get("system")
     blocks = system if isinstance(system, list) else [system] if system else []
-    parts = [_block_text(block) for block in blocks]
-    parts = [part for part in parts if not part.startswith(BILLING_HEADER_PREFIX)]
+    parts, billing = _strip_billing_header([_block_text(block) for block in blocks])
     messages = tuple(
         (_role(message.get("role")), _content_text(message.get("content")))
         for message in body.get("messages") or []
         if isinstance(message, dict)
     )
-    return RenderedCall(
-        "anthropic.messages", _system_text(parts, body.get("tools")), messages, _max_tokens(body)
-    )
+    system = _system_text(parts, body.get("tools"))
+    return RenderedCall("anthropic.messages", system, messages, _max_tokens(body), billing)
 
 
 def _openai_message_text(message: dict[str, Any]) -> str:
@@ -114,8 +128,9 @@ def render_openai_chat(body: dict[str, Any]) -> RenderedCall:
     while raw and _role(raw[0].get("role")) == "system":
         system_parts.append(_content_text(raw.pop(0).get("content")))
     messages = tuple((_role(m.get("role")), _openai_message_text(m)) for m in raw)
+    system_parts, billing = _strip_billing_header(system_parts)  # Claude Code via a shim
     system = _system_text(system_parts, body.get("tools"))
-    return RenderedCall("openai.chat", system, messages, _max_tokens(body))
+    return RenderedCall("openai.chat", system, messages, _max_tokens(body), billing)
 
 
 def render_openai_completion(body: dict[str, Any]) -> RenderedCall:

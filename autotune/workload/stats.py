@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from autotune.workload.builder import BILLING_HEADER_SOURCE_KEY
 from autotune.workload.plan import Message, WorkloadPlan
 from autotune.workload.tokenizer import Tokenizer, WordTokenizer
 
@@ -65,6 +66,9 @@ class WorkloadStats(BaseModel):
     peak_concurrent_sessions: int
     duration_s: float  # first to last recorded arrival
     skipped_lines: int = 0  # invalid lines dropped by --skip-invalid
+    # Recorded calls that carried Claude Code's per-request billing block (dropped here):
+    # live, each of them missed the prefix cache from its first token.
+    billing_header_requests: int = 0
 
 
 class _PrefixCache:
@@ -157,4 +161,11 @@ def workload_stats(
         peak_concurrent_sessions=_peak_concurrency(list(spans.values())),
         duration_s=(max(arrivals) - min(arrivals)) if arrivals else 0.0,
         skipped_lines=int(plan.metadata.get("skipped_lines", 0)),  # type: ignore[call-overload]  # set by expand
+        billing_header_requests=_billing_header_requests(plan),
     )
+
+
+def _billing_header_requests(plan: WorkloadPlan) -> int:
+    source = plan.metadata.get("source")
+    count = source.get(BILLING_HEADER_SOURCE_KEY, 0) if isinstance(source, dict) else 0
+    return count if isinstance(count, int) else 0

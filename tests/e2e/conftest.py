@@ -2,18 +2,67 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE_WORKLOAD = REPO / "workloads" / "sample-claudecode.jsonl"
+CLAUDE_CODE_FIXTURES = REPO / "tests" / "fixtures" / "claude_code"
+SIM_MODEL = "qwen3.6-27b-awq"
+
+
+def claude_code_request() -> dict[str, Any]:
+    """A real Claude Code /v1/messages body (24 tools, the billing header, a 6 KB system)."""
+    return json.loads((CLAUDE_CODE_FIXTURES / "messages_1.json").read_text())
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def long_sim_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A simulator process with room for Claude Code's long prompts (prefix caching on)."""
+    port = free_port()
+    argv = [
+        sys.executable, "-m", "autotune.sim", "serve", SIM_MODEL, "--hardware", "h200-141g",
+        "--kv-cache-memory-bytes", "40G", "--max-model-len", "131072", "--enable-prefix-caching",
+        "--language-model-only", "--port", str(port), "--time-scale", "50",
+    ]  # fmt: skip
+    log = (tmp_path_factory.mktemp("sim") / "sim.log").open("wb")
+    process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        try:
+            return httpx.get(f"{url}/health", timeout=1.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        assert wait_for(healthy, timeout_s=40), "simulator did not start"
+        yield url
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=5)
+        log.close()
 
 
 def autotune_argv(*args: str) -> list[str]:

@@ -6,47 +6,15 @@ against the simulator, captured on the wire (tests/fixtures/claude_code/).
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from autotune.workload.chat_tools import openai_tool, tools_text
-from tests.e2e.conftest import wait_for
-from tests.e2e.test_record_proxy import _free_port, _healthy, _stop
+from tests.e2e.conftest import claude_code_request
 
 pytestmark = pytest.mark.timeout(90)
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "claude_code"
-MODEL = "qwen3.6-27b-awq"
-
-
-def claude_code_request() -> dict[str, Any]:
-    """A real Claude Code /v1/messages body (24 tools, the billing header, a 6 KB system)."""
-    return json.loads((FIXTURES / "messages_1.json").read_text())
-
-
-@pytest.fixture(scope="module")
-def sim_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = _free_port()
-    argv = [
-        sys.executable, "-m", "autotune.sim", "serve", MODEL, "--hardware", "h200-141g",
-        "--kv-cache-memory-bytes", "40G", "--max-model-len", "131072",
-        "--language-model-only", "--port", str(port), "--time-scale", "50",
-    ]  # fmt: skip
-    log = (tmp_path_factory.mktemp("sim") / "sim.log").open("wb")
-    process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        assert wait_for(lambda: _healthy(f"{url}/health"), timeout_s=40), "simulator did not start"
-        yield url
-    finally:
-        _stop(process)
-        log.close()
 
 
 def _anthropic_count(url: str, body: dict[str, Any]) -> int:
@@ -61,33 +29,33 @@ def _tokenize(url: str, body: dict[str, Any]) -> int:
     return response.json()["count"]
 
 
-def test_claude_code_tools_count_on_the_anthropic_endpoint(sim_url: str) -> None:
+def test_claude_code_tools_count_on_the_anthropic_endpoint(long_sim_url: str) -> None:
     body = claude_code_request()
     assert len(body["tools"]) >= 12
-    with_tools = _anthropic_count(sim_url, body)
-    without = _anthropic_count(sim_url, {**body, "tools": []})
-    block = _tokenize(sim_url, {"prompt": tools_text(body["tools"])})
+    with_tools = _anthropic_count(long_sim_url, body)
+    without = _anthropic_count(long_sim_url, {**body, "tools": []})
+    block = _tokenize(long_sim_url, {"prompt": tools_text(body["tools"])})
     # The template's tool block, give or take the separator before it.
     assert abs((with_tools - without) - block) <= 2
     # Claude Code's 24 tools are most of its first request.
     assert (with_tools - without) / with_tools > 0.5
     streamed = httpx.post(
-        f"{sim_url}/v1/messages?beta=true", json={**body, "stream": False, "max_tokens": 1}
+        f"{long_sim_url}/v1/messages?beta=true", json={**body, "stream": False, "max_tokens": 1}
     )
     assert streamed.json()["usage"]["input_tokens"] == with_tools
 
 
-def test_openai_tools_count_like_the_same_anthropic_tools(sim_url: str) -> None:
+def test_openai_tools_count_like_the_same_anthropic_tools(long_sim_url: str) -> None:
     body = claude_code_request()
     messages = [{"role": "system", "content": "You are a coding agent."}]
     messages.append({"role": "user", "content": "list the files"})
     openai_tools = [openai_tool(tool) for tool in body["tools"]]
-    with_tools = _tokenize(sim_url, {"messages": messages, "tools": openai_tools})
-    without = _tokenize(sim_url, {"messages": messages})
+    with_tools = _tokenize(long_sim_url, {"messages": messages, "tools": openai_tools})
+    without = _tokenize(long_sim_url, {"messages": messages})
     anthropic = {"system": "You are a coding agent.", "messages": messages[1:]}
-    anthropic_with = _anthropic_count(sim_url, {**anthropic, "tools": body["tools"]})
-    anthropic_without = _anthropic_count(sim_url, anthropic)
+    anthropic_with = _anthropic_count(long_sim_url, {**anthropic, "tools": body["tools"]})
+    anthropic_without = _anthropic_count(long_sim_url, anthropic)
     assert with_tools - without == anthropic_with - anthropic_without > 0
     # No system message: the template opens one for the tools alone.
-    bare = _tokenize(sim_url, {"messages": messages[1:], "tools": openai_tools})
-    assert bare > _tokenize(sim_url, {"messages": messages[1:]}) + (with_tools - without) // 2
+    bare = _tokenize(long_sim_url, {"messages": messages[1:], "tools": openai_tools})
+    assert bare > _tokenize(long_sim_url, {"messages": messages[1:]}) + (with_tools - without) // 2
