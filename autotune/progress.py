@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from autotune.replay.records import RequestRecord
+from autotune.trial_record import TrialRecord
 
 
 def _clock(seconds: float) -> str:
@@ -82,21 +83,21 @@ class RichProgress:
         self._refresh()
 
     def on_trial_end(self, trial: FrozenTrial, outcome: str, study: optuna.Study) -> None:
+        record = TrialRecord.read(trial.user_attrs)
         if trial.state == TrialState.COMPLETE:  # FAIL (our own error) does not count
             self.done_now += 1
-        else:
-            error = trial.user_attrs.get("error")
-            outcome = f"{outcome}: {error}"[:60] if error else outcome
+        elif record.error:
+            outcome = f"{outcome}: {record.error}"[:60]
         value = trial.values[0] if trial.values else None
         feasible = all(v <= 0 for v in trial.constraints.values())
-        if value is not None and feasible and trial.user_attrs.get("measured"):
+        if value is not None and feasible and record.measured:
             better = self.best is None or (
                 value > self.best[1] if self.maximize else value < self.best[1]
             )
             if better:
                 self.best = (trial.number, value)
-        shown = f"{value:,.1f}" if value is not None and trial.user_attrs.get("measured") else "-"
-        wall = trial.user_attrs.get("wall_s")
+        shown = f"{value:,.1f}" if value is not None and record.measured else "-"
+        wall = record.wall_s
         self.rows.append(
             (str(trial.number), outcome, shown, f"{wall:.0f}s" if wall is not None else "")
         )

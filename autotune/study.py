@@ -29,6 +29,7 @@ from autotune.replay.stats import records_frame
 from autotune.space import SearchSpace
 from autotune.trial import Prescreen, TrialResult, derive_config, run_trial
 from autotune.trial_config import TrialConfig
+from autotune.trial_record import TrialRecord, outcome_text
 from autotune.vocabulary import Outcome
 from autotune.workload.plan import WorkloadPlan
 
@@ -225,7 +226,9 @@ def run_study(spec: StudySpec, *, observer: StudyObserver | None = None) -> optu
     study = create_or_resume(spec, storage, engine_version)
     if spec.sampler != "grid":  # GridSampler ignores enqueued points; it meets the baseline
         baseline = spec.space.baseline_params(engine_version)
-        study.enqueue_trial(baseline, user_attrs={"is_baseline": True}, skip_if_exists=True)
+        study.enqueue_trial(
+            baseline, user_attrs=TrialRecord(is_baseline=True).attrs(), skip_if_exists=True
+        )
 
     remaining = None if spec.n_trials is None else spec.n_trials - completed_count(study)
     if remaining is not None and remaining <= 0:
@@ -272,13 +275,14 @@ class _TrialRunner:
 
     def _baseline_seen(self) -> bool:
         trials = self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        return any(t.user_attrs.get("is_baseline") for t in trials)
+        return any(TrialRecord.read(t.user_attrs).is_baseline for t in trials)
 
     def __call__(self, trial: optuna.Trial) -> float | list[float]:
         spec = self.spec
+        enqueued = TrialRecord.read(trial.user_attrs)  # is_baseline / retry_of, if enqueued
         try:
             params = spec.space.suggest(trial, self.engine_version)
-            is_baseline = bool(trial.user_attrs.get("is_baseline")) or (
+            is_baseline = enqueued.is_baseline or (
                 params == self.baseline and not self._baseline_seen()
             )
             if self.observer is not None:
@@ -287,21 +291,16 @@ class _TrialRunner:
             result = self._run(trial, params, config)
         except Exception as exc:
             # Our own failure, not the server's: FAIL with the reason; samplers forget it.
-            trial.set_user_attr("outcome", Outcome.OWN_ERROR.value)
-            trial.set_user_attr("error", f"{type(exc).__name__}: {exc}"[:2000])
+            error = f"{type(exc).__name__}: {exc}"[:2000]
+            TrialRecord(outcome=Outcome.OWN_ERROR, error=error).write(trial)
             raise
         except KeyboardInterrupt:
-            trial.set_user_attr("outcome", Outcome.INTERRUPTED.value)
+            TrialRecord(outcome=Outcome.INTERRUPTED).write(trial)
             if trial.params:
-                self.study.enqueue_trial(
-                    trial.params,
-                    user_attrs={
-                        "is_baseline": bool(trial.user_attrs.get("is_baseline")),
-                        "retry_of": trial.number,
-                    },
-                )
+                retry = TrialRecord(is_baseline=enqueued.is_baseline, retry_of=trial.number)
+                self.study.enqueue_trial(trial.params, user_attrs=retry.attrs())
             raise
-        return self._finish(trial, result, is_baseline)
+        return self._finish(trial, result, is_baseline, enqueued.retry_of)
 
     def _config(self, params: dict[str, Any]) -> TrialConfig:
         return derive_config(
@@ -317,39 +316,49 @@ class _TrialRunner:
         spec = self.spec
         violations = spec.space.rule_violations(params)
         if violations:
-            trial.set_user_attr("rule_violations", violations)
-            return TrialResult(config=config, outcome_override=Outcome.RULE_VIOLATED.value)
+            return TrialResult(
+                config=config,
+                outcome_override=Outcome.RULE_VIOLATED.value,
+                rule_violations=violations,
+            )
         log_path = spec.runs_dir / _slug(spec.name) / f"trial-{trial.number:04d}" / "server.log"
         return run_configured_trial(spec, config, log_path=log_path, observer=self.observer)
 
     def _finish(
-        self, trial: optuna.Trial, result: TrialResult, is_baseline: bool
+        self, trial: optuna.Trial, result: TrialResult, is_baseline: bool, retry_of: int | None
     ) -> float | list[float]:
         spec = self.spec
         scored = score_result(spec.goal, result)
-        self._record(trial, result, scored, is_baseline)
+        self._record(trial, result, scored, is_baseline, retry_of)
         for key, value in scored.constraints.items():
             trial.set_constraint(key, value)
         values = scored.values if scored.values is not None else self._placeholder()
         return values[0] if len(values) == 1 else values
 
     def _record(
-        self, trial: optuna.Trial, result: TrialResult, scored: Score, is_baseline: bool
+        self,
+        trial: optuna.Trial,
+        result: TrialResult,
+        scored: Score,
+        is_baseline: bool,
+        retry_of: int | None,
     ) -> None:
-        dump = _dump
-        trial.set_user_attr("outcome", scored.outcome)
-        trial.set_user_attr("measured", scored.values is not None)
-        trial.set_user_attr("is_baseline", is_baseline)
-        trial.set_user_attr("config", result.config.model_dump(mode="json"))
-        trial.set_user_attr("argv", result.argv)
-        trial.set_user_attr("startup", dump(result.startup))
-        trial.set_user_attr("replay", dump(result.stats))
-        trial.set_user_attr("server_stats", dump(result.server_stats))
-        trial.set_user_attr("failure", dump(result.failure))
-        trial.set_user_attr("memory", result.memory.report if result.memory else None)
-        trial.set_user_attr("engine_version", self.engine_version)
-        trial.set_user_attr("hardware", self.study.user_attrs.get("hardware"))
-        trial.set_user_attr("wall_s", round(result.wall_s, 3))
+        TrialRecord(
+            outcome=scored.outcome,
+            is_baseline=is_baseline,
+            retry_of=retry_of,
+            config=result.config,
+            argv=result.argv,
+            startup=result.startup,
+            replay=result.stats,
+            server_stats=result.server_stats,
+            failure=result.failure,
+            memory=result.memory.report if result.memory else None,
+            engine_version=self.engine_version,
+            hardware=self.study.user_attrs.get("hardware"),
+            wall_s=round(result.wall_s, 3),
+            rule_violations=result.rule_violations or None,
+        ).write(trial)
         block = result.startup.attention_block_size if result.startup else None
         if block and block != self.study.user_attrs.get("attention_block_size"):
             self.study.set_user_attr("attention_block_size", block)
@@ -380,7 +389,7 @@ class _TrialRunner:
         measured = [
             t
             for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            if t.user_attrs.get("measured")
+            if TrialRecord.read(t.user_attrs).measured
         ]
         feasible = [t for t in measured if all(v <= 0 for v in t.constraints.values())]
         pool = feasible or measured
@@ -432,20 +441,11 @@ def score_result(goal: Goal, result: TrialResult) -> Score:
 
 def trial_outcome(trial: FrozenTrial) -> str:
     """The outcome class of a stored trial (FAIL without one: interrupted or our own error)."""
-    outcome = trial.user_attrs.get("outcome")
-    if outcome:
-        return str(outcome)
-    if trial.state == TrialState.FAIL:
-        return Outcome.INTERRUPTED.value  # killed mid-trial: recovered as stale
-    return trial.state.name.lower()
+    return outcome_text(TrialRecord.read(trial.user_attrs).outcome, trial.state.name)
 
 
 def _no_data_latency(spec: StudySpec) -> float:
     return spec.trial_timeout_s or spec.load.request_timeout_s
-
-
-def _dump(value: Any) -> Any:
-    return value.model_dump(mode="json") if value is not None else None
 
 
 def _ensure_dir(path: Path) -> Path:

@@ -1,8 +1,9 @@
-"""Loading a stored study into typed rows: the one place that reads the attrs contract.
+"""Loading a stored study into typed rows: study attrs and one ``TrialRow`` per trial.
 
 docs/architecture.md ("What a study stores") fixes which user attrs a study
-and its trials carry; export, compare, report and explain read them only
-through ``LoadedStudy`` and ``TrialRow`` below, never through raw dicts.
+and its trials carry; a trial's are read by ``trial_record.TrialRecord``.
+Export, compare, report and explain read them only through ``LoadedStudy``
+and ``TrialRow`` below, never through raw dicts.
 """
 
 from __future__ import annotations
@@ -14,21 +15,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import optuna
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from autotune.errors import InputError, StorageError
-from autotune.replay.records import ReplayStats
-from autotune.trial_config import TrialConfig
-from autotune.vocabulary import (
-    MEASURED_OUTCOMES,
-    OOM_OUTCOMES,
-    Failure,
-    HardwareFingerprint,
-    ServerStats,
-    StartupReport,
-)
+from autotune.trial_record import TrialRecord, outcome_text
+from autotune.vocabulary import OOM_OUTCOMES, HardwareFingerprint
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -70,34 +63,20 @@ class StudyInfo(BaseModel):
         return not self.directions or self.directions[0] == "maximize"
 
 
-class TrialRow(BaseModel):
-    """One trial: its Optuna state and values plus the typed user attrs."""
-
-    model_config = ConfigDict(frozen=True)
+class TrialRow(TrialRecord):
+    """One trial: its Optuna state and values plus its stored ``TrialRecord``."""
 
     number: int
     state: str  # optuna TrialState name: COMPLETE, FAIL, RUNNING, ...
     values: tuple[float, ...] | None = None
-    params: dict[str, Any] = {}
-    constraints: dict[str, float] = {}
-    outcome: str | None = None
-    config: TrialConfig | None = None
-    argv: tuple[str, ...] | None = None
-    startup: StartupReport | None = None
-    replay: ReplayStats | None = None
-    server_stats: ServerStats | None = None
-    failure: Failure | None = None
-    memory: dict[str, Any] | None = None
-    is_baseline: bool = False
-    engine_version: str | None = None
-    hardware: HardwareFingerprint | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+    constraints: dict[str, float] = Field(default_factory=dict)
     datetime_start: datetime | None = None
     datetime_complete: datetime | None = None
 
     @property
-    def measured(self) -> bool:
-        """The server ran and the replay produced figures."""
-        return self.replay is not None and self.outcome in MEASURED_OUTCOMES
+    def outcome_text(self) -> str:
+        return outcome_text(self.outcome, self.state)
 
     @property
     def feasible(self) -> bool:
@@ -241,31 +220,18 @@ def _study_info(study: optuna.Study) -> StudyInfo:
 
 
 def _trial_row(study_name: str, trial: optuna.trial.FrozenTrial) -> TrialRow:
-    attrs = trial.user_attrs
-    where = f"study {study_name!r} trial {trial.number} user attr"
-
-    def typed(model: type[M], key: str) -> M | None:
-        return _validated(model, attrs.get(key), where=f"{where} {key}")
-
+    record = TrialRecord.read(
+        trial.user_attrs, where=f"study {study_name!r} trial {trial.number} user attr"
+    )
     return TrialRow(
         number=trial.number,
         state=trial.state.name,
         values=tuple(trial.values) if trial.values else None,
         params=dict(trial.params),
         constraints=dict(trial.constraints),
-        outcome=attrs.get("outcome"),
-        config=typed(TrialConfig, "config"),
-        argv=tuple(attrs["argv"]) if attrs.get("argv") else None,
-        startup=typed(StartupReport, "startup"),
-        replay=typed(ReplayStats, "replay"),
-        server_stats=typed(ServerStats, "server_stats"),
-        failure=typed(Failure, "failure"),
-        memory=attrs.get("memory"),
-        is_baseline=bool(attrs.get("is_baseline", False)),
-        engine_version=attrs.get("engine_version"),
-        hardware=typed(HardwareFingerprint, "hardware"),
         datetime_start=_utc(trial.datetime_start),
         datetime_complete=_utc(trial.datetime_complete),
+        **{name: getattr(record, name) for name in TrialRecord.model_fields},
     )
 
 

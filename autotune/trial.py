@@ -60,6 +60,7 @@ class TrialResult:
     outcome_override: str | None = None  # predicted-oom, trial-timeout ...
     log_path: Path | None = None
     wall_s: float = 0.0
+    rule_violations: list[str] = field(default_factory=list)  # the space's rules it breaks
 
 
 def derive_config(

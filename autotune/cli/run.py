@@ -173,7 +173,7 @@ def run(
         sys.exit(130)
     loaded = load_study(spec.storage_url, spec.name)
     _print_summary(loaded, out)
-    errors = [t.user_attrs["error"] for t in loaded.study.trials if t.user_attrs.get("error")]
+    errors = [row.error for row in loaded.trials if row.error]
     if errors and not any(row.state == "COMPLETE" for row in loaded.trials):
         error_console().print(f"[red]error:[/red] every trial failed inside autotune: {errors[0]}")
         sys.exit(1)
@@ -245,7 +245,7 @@ def _show_order(loaded: LoadedStudy, row: TrialRow) -> tuple[int, float, int]:
 
 
 def _show_cells(row: TrialRow, param_names: list[str]) -> list[str]:
-    outcome = row.outcome or ("interrupted" if row.state == "FAIL" else row.state.lower())
+    outcome = row.outcome_text
     if row.is_baseline:
         outcome += " (baseline)"
     style = "green" if row.feasible and row.measured else "red" if row.is_oom else "yellow"

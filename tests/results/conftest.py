@@ -18,10 +18,12 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 
 from autotune.replay.records import Percentiles, ReplayStats
 from autotune.trial_config import TrialConfig
+from autotune.trial_record import TrialRecord
 from autotune.vocabulary import (
     Failure,
     FailureClass,
     HardwareFingerprint,
+    Outcome,
     ServerStats,
     StartupReport,
 )
@@ -191,39 +193,42 @@ def build_study(
     for point in POINTS if points is None else points:
         config = trial_config(point)
         oom_margin = point.kv_gib / _ceiling_gib(point) - 1
-        attrs: dict[str, object] = {
-            "config": config.model_dump(mode="json"),
+        common = {
+            "config": config,
             "argv": ["vllm", "serve", *config.vllm_args()],
             "is_baseline": point.baseline,
             "engine_version": "autotune-sim 0.1.0",
-            "hardware": HARDWARE.model_dump(mode="json"),
+            "hardware": HARDWARE,
             "memory": {
                 "kv_cache_bytes": int(point.kv_gib * GIB),
                 "needed_over_available": 1 + oom_margin,
             },
-            "startup": None,
-            "replay": None,
-            "server_stats": None,
-            "failure": None,
+            "wall_s": 60.0,
         }
         constraints = {"oom": oom_margin, "crash": -1.0, "error_rate": -0.01}
         if oom_margin > 0:
-            attrs["outcome"] = FailureClass.KV_DOES_NOT_FIT.value
-            attrs["failure"] = Failure(
-                failure_class=FailureClass.KV_DOES_NOT_FIT,
-                message="ValueError: No available memory for the cache blocks.",
-                exit_code=1,
-            ).model_dump(mode="json")
+            record = TrialRecord(
+                **common,
+                outcome=FailureClass.KV_DOES_NOT_FIT,
+                failure=Failure(
+                    failure_class=FailureClass.KV_DOES_NOT_FIT,
+                    message="ValueError: No available memory for the cache blocks.",
+                    exit_code=1,
+                ),
+            )
             constraints["slo:ttft_p95"] = 0.0
             values = worst
         elif point.crash:
             startup, _, _ = _measure(point)
-            attrs["outcome"] = FailureClass.ENGINE_DEAD.value
-            attrs["startup"] = startup.model_dump(mode="json")
-            attrs["failure"] = Failure(
-                failure_class=FailureClass.ENGINE_DEAD,
-                message="EngineDeadError: EngineCore encountered an issue.",
-            ).model_dump(mode="json")
+            record = TrialRecord(
+                **common,
+                outcome=FailureClass.ENGINE_DEAD,
+                startup=startup,
+                failure=Failure(
+                    failure_class=FailureClass.ENGINE_DEAD,
+                    message="EngineDeadError: EngineCore encountered an issue.",
+                ),
+            )
             constraints["crash"] = 1.0
             constraints["slo:ttft_p95"] = 0.0
             values = worst
@@ -231,10 +236,13 @@ def build_study(
             startup, replay, stats = _measure(point)
             slo_margin = replay.ttft.p95 / TTFT_SLO_S - 1
             constraints["slo:ttft_p95"] = slo_margin
-            attrs["outcome"] = "ok" if slo_margin <= 0 else "slo-violated"
-            attrs["startup"] = startup.model_dump(mode="json")
-            attrs["replay"] = replay.model_dump(mode="json")
-            attrs["server_stats"] = stats.model_dump(mode="json")
+            record = TrialRecord(
+                **common,
+                outcome=Outcome.OK if slo_margin <= 0 else Outcome.SLO_VIOLATED,
+                startup=startup,
+                replay=replay,
+                server_stats=stats,
+            )
             values = [replay.output_throughput_tok_s]
             if multi_objective:
                 values.append(replay.e2e.p95)
@@ -245,7 +253,7 @@ def build_study(
                 values=values or ([1.0, 100.0] if multi_objective else [1.0]),
                 params=_params(point),
                 distributions=DISTRIBUTIONS,
-                user_attrs=attrs,
+                user_attrs=record.attrs(),
                 constraints=constraints,
             )
         )

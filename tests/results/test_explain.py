@@ -12,7 +12,8 @@ from autotune.explain import (
 )
 from autotune.study_reader import TrialRow, load_study
 from autotune.trial_config import TrialConfig
-from autotune.vocabulary import ServerStats
+from autotune.trial_record import TrialRecord
+from autotune.vocabulary import FailureClass, Outcome, ServerStats
 
 from .conftest import GIB, MODEL, Point, build_study
 
@@ -46,9 +47,11 @@ def test_oom_boundary_split_by_mtp_when_no_single_value_separates(storage_url: s
     study = build_study(storage_url, "s")
     ok = study.trials[7]  # 12.0 GiB, no MTP, ok
     oom = study.trials[5]  # 12.5 GiB, MTP 2, OOM
-    flags = dict(oom.user_attrs["config"]["flags"])
-    flags["kv-cache-memory-bytes"] = int(11.5 * GIB)
-    attrs = dict(oom.user_attrs, config={"model": MODEL, "flags": flags, "env": {}})
+    stored = TrialRecord.read(oom.user_attrs)
+    assert stored.config is not None
+    flags = {**stored.config.flags, "kv-cache-memory-bytes": int(11.5 * GIB)}
+    config = TrialConfig(model=MODEL, flags=flags)
+    attrs = TrialRecord.read(oom.user_attrs | {"config": config.model_dump(mode="json")}).attrs()
     study.add_trial(
         optuna.trial.create_trial(
             values=oom.values,
@@ -58,7 +61,7 @@ def test_oom_boundary_split_by_mtp_when_no_single_value_separates(storage_url: s
             constraints=oom.constraints,
         )
     )
-    assert ok.user_attrs["outcome"] == "ok"
+    assert TrialRecord.read(ok.user_attrs).outcome == Outcome.OK
     sentences = " ".join(oom_sentences(load_study(storage_url)))
     assert "Out-of-memory on kv-cache-memory-bytes depends on MTP" in sentences
     assert "with MTP 2, between 10 GiB (largest that fitted, trial 6) and 11.5 GiB" in sentences
@@ -86,10 +89,10 @@ def test_study_without_feasible_trials_still_explains_memory(storage_url: str) -
     study.add_trial(
         optuna.trial.create_trial(
             value=1.0,
-            user_attrs={
-                "outcome": "kv-does-not-fit",
-                "config": {"model": "m", "flags": {"kv-cache-memory-bytes": 20 * GIB}},
-            },
+            user_attrs=TrialRecord(
+                outcome=FailureClass.KV_DOES_NOT_FIT,
+                config=TrialConfig(model="m", flags={"kv-cache-memory-bytes": 20 * GIB}),
+            ).attrs(),
             constraints={"oom": 0.5},
         )
     )
@@ -102,11 +105,10 @@ def test_study_without_feasible_trials_still_explains_memory(storage_url: str) -
 
 def test_study_of_our_own_errors_says_nothing_about_memory(storage_url: str) -> None:
     study = optuna.create_study(study_name="broken", storage=storage_url)
-    config = {"model": "m", "flags": {"kv-cache-memory-bytes": 8 * GIB}}
+    config = TrialConfig(model="m", flags={"kv-cache-memory-bytes": 8 * GIB})
     for _ in range(2):
         trial = study.ask()
-        trial.set_user_attr("outcome", "error")
-        trial.set_user_attr("config", config)
+        TrialRecord(outcome=Outcome.OWN_ERROR, error="RuntimeError: x", config=config).write(trial)
         study.tell(trial, state=optuna.trial.TrialState.FAIL)
     sections = {s.title: s.sentences for s in explain(load_study(storage_url))}
     assert sections["Trials"] == ("2 trials: 2 error.",)
