@@ -15,6 +15,7 @@ from autotune.space import default_space_path, load_space
 from autotune.study import SAMPLERS, StudySpec, default_study_name
 from autotune.study_reader import default_artifact_dir
 from autotune.workload import load_plan
+from autotune.workload.served import plan_for_model
 
 # Above this memory margin a real engine's config is taken as a certain OOM
 # without launching it (the memory model is an estimate for real hardware).
@@ -47,6 +48,7 @@ class RunOptions(BaseModel):
     time_scale: float = Field(default=20.0, gt=0)
     noise: float = Field(default=0.0, ge=0)
     vllm_executable: str = "vllm"
+    tokenizer: str | None = None  # the served model's tokenizer, when not found from --model
     prescreen: bool = True  # ask the memory model before launching
     artifacts_dir: Path | None = None
     heartbeat_interval_s: int = Field(default=10, ge=1)
@@ -67,7 +69,12 @@ def prepare_study(options: RunOptions) -> StudySpec:
         raise InputError(f"--workload {options.workload}: no such file")
     space_path = options.space or default_space_path(options.model)
     space = load_space(space_path)
-    plan = load_plan(options.workload)
+    token_note = None
+    if options.engine == "sim":
+        plan = load_plan(options.workload)  # the simulator's own token space
+    else:
+        served = plan_for_model(options.workload, model=options.model, tokenizer=options.tokenizer)
+        plan, token_note = served.plan, served.note
     longest = max((request.prompt_tokens for request in plan.requests), default=0)
     if options.engine == "sim":
         if options.hardware is None:
@@ -110,6 +117,7 @@ def prepare_study(options: RunOptions) -> StudySpec:
         model=options.model,
         engine=engine,
         plan=plan,
+        token_note=token_note,
         workload_path=options.workload,
         load=options.load,
         n_trials=options.trials,

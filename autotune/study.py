@@ -75,6 +75,7 @@ class StudySpec:
     artifacts_dir: Path = Path("studies/artifacts")
     runs_dir: Path = Path("studies/runs")
     heartbeat_interval_s: int = DEFAULT_HEARTBEAT_S
+    token_note: str | None = None  # why the plan is not token-exact for the served model
 
 
 def open_storage(
@@ -145,6 +146,7 @@ def study_attrs(spec: StudySpec, engine_version: str) -> dict[str, Any]:
             "digest": spec.plan.digest,
             "requests": len(spec.plan.requests),
             "sessions": len(spec.plan.sessions),
+            "token_space": spec.plan.token_space,
         },
         "workload_digest": spec.plan.digest,
         "load": spec.load.model_dump(mode="json"),

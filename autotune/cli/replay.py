@@ -16,6 +16,7 @@ from autotune.replay.load import LoadSpec
 from autotune.replay.records import Percentiles, RequestRecord
 from autotune.replay.sweep import LevelResult, run_sweep, sweep_loads
 from autotune.workload.expand import load_plan
+from autotune.workload.hf_tokenizer import load_tokenizer
 
 
 class _ProgressObserver:
@@ -96,6 +97,9 @@ def _print_level(level: LevelResult) -> None:
         out.print(f"[red]{error_class}[/red]: {count}, e.g. {example}", highlight=False)
     if stats.stopped_early:
         out.print(f"[yellow]stopped early:[/yellow] {stats.stopped_early}", highlight=False)
+    check = stats.prompt_tokens_check
+    if check is not None and not check.ok:
+        out.print(f"[yellow]{check.message}[/yellow]", highlight=False)
     table = Table()
     for column in ("ms", "mean", "p50", "p90", "p95", "p99"):
         table.add_column(column, justify="right")
@@ -158,6 +162,13 @@ def replay_command(
         ),
     ] = None,
     model: Annotated[str, typer.Option(help="Model name (default: the first at /v1/models).")] = "",
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(
+            help="Render prompts token-exact in this tokenizer (the served model's dir, "
+            "tokenizer.json or cached name)."
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print results as JSON.")] = False,
 ) -> None:
     """Replay a workload against a running OpenAI/Anthropic-compatible server."""
@@ -174,7 +185,12 @@ def replay_command(
     if server_time_scale <= 0:
         raise InputError(f"--server-time-scale must be > 0, but got {server_time_scale}")
     loads = sweep_loads(base, _levels(sweep))
-    plan = load_plan(workload)
+    model_tokenizer = None
+    if tokenizer is not None:
+        model_tokenizer = load_tokenizer(tokenizer)
+        if model_tokenizer is None:
+            raise InputError(f"--tokenizer: no tokenizer.json found offline for {tokenizer!r}")
+    plan = load_plan(workload, tokenizer=model_tokenizer)
 
     def run(observer: _ProgressObserver | None = None) -> list[LevelResult]:
         return run_sweep(

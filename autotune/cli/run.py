@@ -112,6 +112,10 @@ def run(
         typer.Option("--sim-model", help="Catalog model to pre-screen a real engine."),
     ] = None,
     vllm_executable: Annotated[str, typer.Option("--vllm-executable")] = "vllm",
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(help="Served model's tokenizer (dir, tokenizer.json, cached name)."),
+    ] = None,
     prescreen: Annotated[
         bool,
         typer.Option("--prescreen/--no-prescreen", help="Skip configs the memory model rejects."),
@@ -141,6 +145,7 @@ def run(
         time_scale=time_scale,
         noise=noise,
         vllm_executable=vllm_executable,
+        tokenizer=tokenizer,
         prescreen=prescreen,
         heartbeat_interval_s=heartbeat_interval,
     )
@@ -151,6 +156,8 @@ def run(
         out.print(f"Resuming study [bold]{spec.name}[/bold]: {done} trials complete.")
     else:
         out.print(f"Study [bold]{spec.name}[/bold] ({spec.engine.name}, {spec.space.name} space)")
+    if spec.token_note:
+        out.print(f"[yellow]note:[/yellow] {spec.token_note}", highlight=False)
     first = spec.goal.objectives[0]
     progress = RichProgress(
         out,

@@ -12,7 +12,7 @@ import optuna
 import typer
 from rich.table import Table
 
-from autotune.cli._common import console, handle_errors, parse_duration
+from autotune.cli._common import console, error_console, handle_errors, parse_duration
 from autotune.errors import InputError
 from autotune.objective import Score
 from autotune.replay.load import LoadSpec
@@ -47,6 +47,10 @@ def try_config(
     duration: Annotated[str | None, typer.Option("--duration", help="Replay budget.")] = None,
     time_scale: Annotated[float, typer.Option("--time-scale", help="Simulator speed-up.")] = 20.0,
     vllm_executable: Annotated[str, typer.Option("--vllm-executable")] = "vllm",
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(help="Served model's tokenizer (dir, tokenizer.json, cached name)."),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Launch the space's baseline (with --set changes), replay, score, stop: no study."""
@@ -67,9 +71,12 @@ def try_config(
         load=load,
         time_scale=time_scale,
         vllm_executable=vllm_executable,
+        tokenizer=tokenizer,
         prescreen=False,
     )
     spec = prepare_study(options)
+    if spec.token_note:
+        error_console().print(f"[yellow]note:[/yellow] {spec.token_note}", highlight=False)
     params = spec.space.baseline_params() | parse_assignments(set_ or [], spec.space)
     config = derive_config(
         spec.space,
@@ -168,5 +175,9 @@ def _print(result: TrialResult, scored: Score, params: dict[str, Any]) -> None:
     for key, value in scored.constraints.items():
         table.add_row(f"margin {key}", f"{value:+.3f}")
     out.print(table)
+    check = stats.prompt_tokens_check if stats is not None else None
+    if check is not None:
+        style = "green" if check.ok else "yellow"
+        out.print(f"[{style}]{check.message}[/{style}]", highlight=False, soft_wrap=True)
     if result.log_path is not None:
         out.print(f"server log: {result.log_path}", highlight=False)

@@ -169,10 +169,7 @@ def stats(
     if tokenizer is not None:
         model_tokenizer = load_tokenizer(tokenizer)
         if model_tokenizer is None:
-            raise InputError(
-                f"--tokenizer: no tokenizer.json found offline for {tokenizer!r} "
-                "(or the optional `tokenizers` package is missing)"
-            )
+            raise InputError(f"--tokenizer: no tokenizer.json found offline for {tokenizer!r}")
     plan = load_plan(path, skip_invalid=skip_invalid, tokenizer=model_tokenizer)
     result = workload_stats(plan, block_size=block_size, tokenizer=model_tokenizer)
     if as_json:

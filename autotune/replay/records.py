@@ -70,6 +70,25 @@ class Percentiles(BaseModel):
     p99: float | None = None
 
 
+class TokenCheck(BaseModel):
+    """The first requests of a replay, planned (text + template) vs served prompt tokens."""
+
+    model_config = ConfigDict(frozen=True)
+
+    token_space: str  # the tokenizer the plan's counts are in
+    checked: int
+    mismatched: int
+    planned_tokens: int  # text + template, summed over the checked requests
+    served_tokens: int  # the server's usage.prompt_tokens, summed
+    template_tokens: int  # of planned_tokens, what the chat template adds
+    worst_error: float  # largest |served - planned| / planned of one request
+    message: str  # one plain sentence
+
+    @property
+    def ok(self) -> bool:
+        return self.mismatched == 0
+
+
 class ReplayStats(BaseModel):
     """The summary of one replay (the measurement window only)."""
 
@@ -91,6 +110,7 @@ class ReplayStats(BaseModel):
     max_concurrent_requests: int = 0
     errors_by_class: dict[str, int] = Field(default_factory=dict)
     stopped_early: str | None = None  # why the run stopped before its budget, if it did
+    prompt_tokens_check: TokenCheck | None = None  # first requests: planned vs served prompts
 
     @property
     def error_rate(self) -> float:

@@ -38,6 +38,7 @@ from autotune.replay.client import fetch_model_name
 from autotune.replay.load import LoadSpec, ReplayObserver, RequestSlo
 from autotune.replay.records import ReplayStats, RequestRecord
 from autotune.replay.stats import compute_stats
+from autotune.replay.token_check import check_prompt_tokens, measure_plan_overheads
 from autotune.vocabulary import ServerStats
 from autotune.workload.plan import WorkloadPlan
 
@@ -133,6 +134,9 @@ async def replay(
     async with httpx.AsyncClient(base_url=url, transport=transport, timeout=None) as client:
         if not model_name:
             model_name = await fetch_model_name(client, api_key=api_key)
+        overheads = await measure_plan_overheads(
+            client, plan, model_name=model_name, api_key=api_key
+        )
         before: str | None = None
         if scrape_interval_s is not None:
             with contextlib.suppress(ReplayError):
@@ -176,4 +180,6 @@ async def replay(
         itl=run.itl,
         stopped_early=run.stop_reason,
     )
+    check = check_prompt_tokens(plan, records, overheads)
+    stats = stats.model_copy(update={"prompt_tokens_check": check})
     return ReplayResult(records=records, stats=stats, server_stats=server_stats)

@@ -1,9 +1,9 @@
-"""A served model's own tokenizer, when one is available offline (optional ``tokenizers``).
+"""A served model's own tokenizer, when one is available offline.
 
 ``load_tokenizer`` finds a ``tokenizer.json`` (a file, a model directory, or a
 model name in the local Hugging Face cache) and returns an ``HfTokenizer``;
-it returns None when the ``tokenizers`` package is not installed or nothing
-is found, and callers fall back to the word approximation.
+it returns None when nothing is found, and callers fall back to the word
+approximation (and say so).
 """
 
 from __future__ import annotations
@@ -12,12 +12,9 @@ import os
 import re
 from pathlib import Path
 
-from autotune.errors import WorkloadError
+import tokenizers
 
-try:
-    import tokenizers
-except ImportError:  # optional: without it synthetic text uses the word approximation
-    tokenizers = None  # type: ignore[assignment]
+from autotune.errors import WorkloadError
 
 MIN_VOCABULARY = 8  # fewer round-trip-safe words than this cannot make varied text
 _WORD = re.compile(r" [a-z]{2,12}")
@@ -57,15 +54,14 @@ class HfTokenizer:
 
 def _hub_snapshot(name: str) -> Path | None:
     home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
-    snapshots = home / "hub" / f"models--{name.replace('/', '--')}" / "snapshots"
+    hub = Path(os.environ.get("HF_HUB_CACHE", home / "hub"))
+    snapshots = hub / f"models--{name.replace('/', '--')}" / "snapshots"
     found = sorted(snapshots.glob("*/tokenizer.json")) if snapshots.is_dir() else []
     return found[-1] if found else None
 
 
 def load_tokenizer(path_or_name: str | Path) -> HfTokenizer | None:
     """The tokenizer at a path (file or model directory) or of a cached model name."""
-    if tokenizers is None:
-        return None
     path = Path(path_or_name)
     candidate = path / "tokenizer.json" if path.is_dir() else path
     if not candidate.is_file():

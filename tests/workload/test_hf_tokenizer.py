@@ -4,11 +4,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import tokenizers
 
 from autotune.workload import load_plan, load_tokenizer
+from autotune.workload.gen import ChatParams, chat
+from autotune.workload.io import write_workload
+from autotune.workload.served import plan_for_model, requests_over
 from tests.workload.conftest import HEADER
-
-tokenizers = pytest.importorskip("tokenizers", reason="the optional `tokenizers` package")
 
 WORDS = [
     "alpha",
@@ -78,3 +80,24 @@ def test_synthetic_text_is_token_exact_in_the_model_tokenizer(
 def test_load_tokenizer_finds_nothing_offline(tmp_path: Path) -> None:
     assert load_tokenizer(tmp_path / "missing") is None
     assert load_tokenizer("no-such-org/no-such-model") is None
+
+
+def test_a_served_model_plan_is_exact_in_its_tokenizer_or_says_why_not(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    workload = chat(ChatParams(requests=20, prompt_tokens_median=50, output_tokens_median=8))
+    path = tmp_path / "chat.jsonl"
+    write_workload(path, [workload.header, *workload.requests])
+    served = plan_for_model(path, model=str(model_dir))
+    assert served.note is None and served.plan.token_space == "tiny-model"
+    assert served.tokenizer is not None
+    for request in served.plan.requests:
+        assert served.tokenizer.count(request.messages[0].text) == request.prompt_tokens
+    missing = plan_for_model(path, model=str(tmp_path / "no-model"))
+    assert missing.tokenizer is None and missing.plan.token_space == "words"
+    assert missing.note is not None and "no tokenizer" in missing.note
+    # Pre-flight: prompt after tokenisation + ChatML template estimate + output.
+    longest = max(r.prompt_tokens + 8 + r.output_tokens for r in served.plan.requests)
+    assert requests_over(served.plan, longest) == []
+    over = requests_over(served.plan, longest - 1)
+    assert [total for _, total in over] == [longest]
