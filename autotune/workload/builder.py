@@ -6,16 +6,23 @@ becomes a ``delta`` turn (``keep_messages`` when it shares only a prefix: a
 rewind or compaction); other calls are ``full`` requests referencing a shared
 prefix record per distinct system prompt. Calls without a session key are
 chained the same way, and a chain of one stays an independent request.
+
+Anonymised, each text becomes synthetic text of the same token count, block
+by block: blocks that start alike in two texts (two sessions' system prompts
+sharing their first 590 words) get the same hash ids and so the same
+synthetic text, and shared prefixes stay shared.
 """
 
 from __future__ import annotations
 
 import hashlib
+from array import array
 from dataclasses import dataclass, field
 
 from autotune.workload.io import Workload
 from autotune.workload.render import RenderedCall
 from autotune.workload.schema import (
+    DEFAULT_BLOCK_SIZE,
     FORMAT_VERSION,
     DeltaInput,
     FullInput,
@@ -80,6 +87,8 @@ class WorkloadBuilder:
     _threads: dict[tuple[str | None, str | None], str] = field(default_factory=dict)
     _t0: float | None = None
     _tokenizer: WordTokenizer = field(default_factory=WordTokenizer)
+    _anonymized: dict[str, list[Part]] = field(default_factory=dict)  # text -> its parts
+    _block_numbers: dict[bytes, int] = field(default_factory=dict)  # chained block hash -> id
 
     def add(self, observed: ObservedCall) -> str:
         """Record one call; returns its request id."""
@@ -196,6 +205,7 @@ class WorkloadBuilder:
             version=FORMAT_VERSION,
             name=self.name,
             token_space="words",
+            block_size=DEFAULT_BLOCK_SIZE,  # anonymised text: tokens per hash id
             endpoint=self.entries[0].call.endpoint if self.entries else "openai.chat",
             source={**self.source, "anonymized": self.anonymize, **self._billing_source()},
         )
@@ -207,10 +217,29 @@ class WorkloadBuilder:
         return {BILLING_HEADER_SOURCE_KEY: carried} if carried else {}
 
     def _content(self, text: str) -> list[Part]:
-        tokens = self._tokenizer.count(text)
-        if self.anonymize and tokens:
-            return [SynthPart(tokens=tokens)]
-        return [TextPart(text="" if self.anonymize else text)]
+        if not self.anonymize:
+            return [TextPart(text=text)]
+        parts = self._anonymized.get(text)
+        if parts is None:
+            ids = self._tokenizer.encode(text)
+            parts = [TextPart(text="")]
+            if ids:
+                hash_ids = self._block_ids(ids)
+                parts = [SynthPart(tokens=len(ids), hash_ids=hash_ids, scope="global")]
+            self._anonymized[text] = parts
+        return parts
+
+    def _block_ids(self, ids: list[int]) -> list[int]:
+        """One id per ``DEFAULT_BLOCK_SIZE``-token block, chained over the blocks before it
+        (as vLLM hashes its KV blocks): texts that start alike share their leading ids, and
+        so their synthetic text. Ids are numbered in order of first sight; no text leaks."""
+        chain = b""
+        out = []
+        for start in range(0, len(ids), DEFAULT_BLOCK_SIZE):
+            block = array("q", ids[start : start + DEFAULT_BLOCK_SIZE]).tobytes()
+            chain = hashlib.blake2b(chain + block, digest_size=16).digest()
+            out.append(self._block_numbers.setdefault(chain, len(self._block_numbers)))
+        return out
 
     def _wire(self, messages: tuple[tuple[str, str], ...]) -> list[WireMessage]:
         return [

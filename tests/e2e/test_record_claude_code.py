@@ -133,3 +133,62 @@ def test_recorder_cli_help_names_anthropic_model() -> None:
         env={**os.environ, "COLUMNS": "200"},
     )
     assert "ANTHROPIC_MODEL" in result.stdout
+
+
+def _record_bodies(sim_url: str, out: Path, bodies: list[tuple[str, dict[str, Any]]], *flags: str):
+    """Record (session, body) calls through a fresh `autotune record` process."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    argv = autotune_argv(
+        "record", "--upstream", sim_url, "--listen", f"127.0.0.1:{port}", "--out", str(out), *flags
+    )
+    process = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    try:
+        assert wait_for(lambda: _answers(f"{url}/health"), timeout_s=30), "recorder did not start"
+        for session, body in bodies:
+            headers = {"x-claude-code-session-id": session}
+            response = httpx.post(f"{url}/v1/messages", json=body, headers=headers, timeout=60)
+            assert response.status_code == 200, response.text
+        assert f"recorded {len(bodies)} calls" in _stop(process)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1.0).status_code < 500
+    except httpx.HTTPError:
+        return False
+
+
+def _ideal_hit(path: Path) -> float:
+    result = subprocess.run(
+        autotune_argv("workload", "stats", "--json", str(path)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return json.loads(result.stdout)["prefix_hit_ratio"]
+
+
+def test_anonymize_keeps_a_prefix_two_sessions_share(long_sim_url: str, tmp_path: Path) -> None:
+    words = [f"w{index}x" for index in range(2000)]
+    shared = " ".join(words[:590])  # the two system prompts share their first 590 words
+    bodies = []
+    for session, tail in (("s1", words[600:800]), ("s2", words[800:1000])):
+        system = f"{shared} {' '.join(tail)}"
+        body = {"model": SIM_MODEL, "max_tokens": 4, "system": system}
+        bodies.append((session, {**body, "messages": [{"role": "user", "content": "go"}]}))
+    plain, anonymized = tmp_path / "plain.jsonl", tmp_path / "anon.jsonl"
+    _record_bodies(long_sim_url, plain, bodies)
+    _record_bodies(long_sim_url, anonymized, bodies, "--anonymize")
+    assert "w5x" not in anonymized.read_text()
+    before, after = _ideal_hit(plain), _ideal_hit(anonymized)
+    assert before > 0.3
+    # Shared to the last whole 64-token block: at most one block of the 590 words is lost.
+    assert before - 64 / 1582 <= after <= before

@@ -52,7 +52,8 @@ def test_anonymize_keeps_counts_and_sharing_but_no_text(tmp_path: Path) -> None:
     assert "secret" not in out.read_text() and "shared" not in out.read_text()
     assert len(workload.prefixes) == 1  # both sessions share one synthetic prefix
     prefix = next(iter(workload.prefixes.values()))
-    assert prefix.system == [SynthPart(tokens=3)]
+    (part,) = prefix.system
+    assert isinstance(part, SynthPart) and part.tokens == 3 and len(part.hash_ids or []) == 1
     a, b, c = load_plan(out).requests
     assert a.system == c.system  # identical synthetic text: the prefix is still shared
     assert a.prompt_tokens == 3 + 3 and b.messages[0] is a.messages[0]
