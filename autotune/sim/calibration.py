@@ -13,6 +13,7 @@ is a valid profile for any GPU and model (what a perturbed "truth" model is).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -37,6 +38,9 @@ class FittedPoint(BaseModel):
     calibrated_tok_s: float | None
     calibrated_latency_s: float | None
     measured_acceptance_length: float | None = None
+    # Predicted by a fit that did not see this point (cross-validation); None: not run.
+    held_out_tok_s: float | None = None
+    held_out_latency_s: float | None = None
 
     @property
     def errors(self) -> tuple[float | None, float | None]:
@@ -44,6 +48,14 @@ class FittedPoint(BaseModel):
         return (
             _relative(self.calibrated_tok_s, self.measured_tok_s),
             _relative(self.calibrated_latency_s, self.measured_latency_s),
+        )
+
+    @property
+    def held_out_errors(self) -> tuple[float | None, float | None]:
+        """The same for the fit that did not see this point."""
+        return (
+            _relative(self.held_out_tok_s, self.measured_tok_s),
+            _relative(self.held_out_latency_s, self.measured_latency_s),
         )
 
 
@@ -65,9 +77,10 @@ class CalibrationProfile(BaseModel):
     constants: SpeedConstants = DEFAULT_CONSTANTS
     fitted: list[str] = []  # which constants the fit moved
     points: list[FittedPoint] = []
-    # Expected relative error of a prediction (leave-one-out median over the points,
-    # throughput and latency together); None when not estimated.
+    # Expected relative error of a prediction: the median absolute error, throughput and
+    # latency together, of held-out points (cross-validation) or else of the fit's residuals.
     expected_error: float | None = None
+    expected_error_basis: Literal["cross-validation", "residuals"] | None = None
 
     def check_applies(self, config: SimConfig) -> None:
         """InputError when the profile was fitted on another GPU or model than ``config``'s."""
