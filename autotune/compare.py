@@ -263,7 +263,7 @@ def what_if_rows(
             rows.append(_predicted_row(loaded, best, gpu, prediction, ratios, own, prices))
     if calibration is not None and not used:
         raise InputError(
-            f"calibration profile {calibration.source or '(unnamed)'} (hardware "
+            f"calibration profile {calibration.name} (hardware "
             f"{calibration.hardware}, model {calibration.model}) fits none of the compared "
             "GPUs and models"
         )

@@ -11,6 +11,7 @@ import typer
 from rich.table import Table
 
 from autotune.cli._common import console, handle_errors
+from autotune.cli.sim_calibrate import calibrate_command
 from autotune.errors import InputError
 from autotune.sim import server
 from autotune.sim.calibration import load_profile
@@ -240,6 +241,9 @@ def _print_sweep(
         out.print(f"calibrated: expected error about {expected:.0%} per figure")
     for reason in reasons:
         out.print(f"[red]{reason}[/red]")
+
+
+app.command("calibrate")(calibrate_command)
 
 
 @app.command("catalog")

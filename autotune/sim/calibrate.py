@@ -26,6 +26,7 @@ from autotune.replay.load import LoadSpec
 from autotune.sim.calibration import CalibrationProfile, FittedPoint
 from autotune.sim.calibration_points import MeasuredPoint
 from autotune.sim.config import SimConfig
+from autotune.sim.memory import plan_memory
 from autotune.sim.models import get_model
 from autotune.sim.predict import predict
 from autotune.sim.scheduler import ACCEPTANCE_DECAY
@@ -50,7 +51,7 @@ ALWAYS_FITTED = (
 MTP_FITTED = ("draft_pass_overhead_s",)
 PRIOR_WEIGHT = 0.03  # residual per unit log-deviation from the starting constants
 FAILED_RESIDUAL = math.log(10.0)  # a measured point the model says cannot run
-DIFF_STEP = 0.03  # finite-difference step (relative): acceptance draws are piecewise constant
+DIFF_STEP = 0.1  # finite-difference step (relative): acceptance draws make a fine staircase
 MAX_EVALUATIONS = 40  # least-squares iterations (each costs one prediction per parameter)
 CV_FOLDS = 5  # cross-validation folds for the expected error (leave-one-out below this)
 
@@ -66,6 +67,7 @@ class Target:
     tok_s: float
     latency_s: float
     acceptance_length: float | None = None
+    kv_cache_tokens: int | None = None  # what the startup log reported, when known
 
 
 def point_target(hardware: str, model: str, point: MeasuredPoint) -> Target:
@@ -257,6 +259,8 @@ def calibrate(
             calibrated_latency_s=after and after[1],
             held_out_tok_s=(held_out.get(index) or (None, None))[0],
             held_out_latency_s=(held_out.get(index) or (None, None))[1],
+            measured_kv_cache_tokens=target.kv_cache_tokens,
+            model_kv_cache_tokens=plan_memory(target.config).kv_cache_tokens,
         )
         points.append(point)
         errors += [

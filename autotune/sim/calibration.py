@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError
 
 from autotune.errors import InputError
 from autotune.sim.config import SimConfig
@@ -41,6 +41,8 @@ class FittedPoint(BaseModel):
     # Predicted by a fit that did not see this point (cross-validation); None: not run.
     held_out_tok_s: float | None = None
     held_out_latency_s: float | None = None
+    measured_kv_cache_tokens: int | None = None  # the startup log's, when known
+    model_kv_cache_tokens: int | None = None  # the memory model's
 
     @property
     def errors(self) -> tuple[float | None, float | None]:
@@ -81,6 +83,12 @@ class CalibrationProfile(BaseModel):
     # latency together, of held-out points (cross-validation) or else of the fit's residuals.
     expected_error: float | None = None
     expected_error_basis: Literal["cross-validation", "residuals"] | None = None
+    _path: Path | None = PrivateAttr(default=None)  # the file it was loaded from
+
+    @property
+    def name(self) -> str:
+        """How messages name the profile: its file, else what it was fitted on."""
+        return str(self._path) if self._path else self.source or "(unnamed profile)"
 
     def check_applies(self, config: SimConfig) -> None:
         """InputError when the profile was fitted on another GPU or model than ``config``'s."""
@@ -88,7 +96,7 @@ class CalibrationProfile(BaseModel):
             fitted_on = getattr(self, field)
             if fitted_on is not None and fitted_on != wanted:
                 raise InputError(
-                    f"calibration profile {self.source or '(unnamed)'} was fitted for "
+                    f"calibration profile {self.name} was fitted for "
                     f"{field} {fitted_on!r}, not {wanted!r}"
                 )
 
@@ -119,11 +127,13 @@ def load_profile(path: Path) -> CalibrationProfile:
             f"(expected {PROFILE_VERSION})"
         )
     try:
-        return CalibrationProfile.model_validate(raw)
+        profile = CalibrationProfile.model_validate(raw)
     except ValidationError as exc:
         error = exc.errors()[0]
         field = ".".join(str(part) for part in error["loc"])
         raise InputError(f"{path}: {field}: {error['msg']}") from exc
+    profile._path = path
+    return profile
 
 
 def profile_constants(

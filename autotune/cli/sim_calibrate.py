@@ -1,0 +1,128 @@
+"""`autotune sim calibrate`: fit the simulator's speed constants to measurements."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from autotune.cli._common import DEFAULT_STORAGE, StorageOption, console, handle_errors
+from autotune.compare import catalog_gpu
+from autotune.errors import InputError
+from autotune.sim.calibrate import Target, calibrate, point_target
+from autotune.sim.calibration import CalibrationProfile, save_profile
+from autotune.sim.calibration_points import load_points
+from autotune.sim.calibration_study import study_targets
+from autotune.sim.hardware import get_gpu
+from autotune.sim.models import get_model
+from autotune.sim.speed_constants import DEFAULT_CONSTANTS
+from autotune.study_reader import load_study
+
+
+@handle_errors
+def calibrate_command(
+    out: Annotated[Path, typer.Option("--out", help="Where to write the profile (YAML).")],
+    hardware: Annotated[
+        str | None, typer.Option("--hardware", help="GPU catalog name (default: the study's).")
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option("--model", help="Model catalog name (default: the study's).")
+    ] = None,
+    points: Annotated[
+        Path | None,
+        typer.Option("--points", help="Measured closed-loop points (JSON; docs/simulator.md)."),
+    ] = None,
+    from_study: Annotated[
+        str | None,
+        typer.Option("--from-study", help="Calibrate from this study's measured trials."),
+    ] = None,
+    storage: StorageOption = DEFAULT_STORAGE,
+    cross_validate: Annotated[
+        bool,
+        typer.Option(
+            "--cross-validate/--no-cross-validate",
+            help="Estimate the expected error on held-out points (refits per fold).",
+        ),
+    ] = True,
+) -> None:
+    """Fit bandwidth/compute efficiency, overheads, draft cost and MTP acceptance to runs."""
+    if (points is None) == (from_study is None):
+        raise InputError("give exactly one of --points FILE and --from-study NAME")
+    if points is not None:
+        if hardware is None or model is None:
+            raise InputError("--points needs --hardware and --model (catalog names)")
+        get_gpu(hardware)
+        get_model(model)
+        targets = [point_target(hardware, model, point) for point in load_points(points)]
+        profile = calibrate(
+            targets,
+            hardware=hardware,
+            model=model,
+            source=str(points),
+            cross_validate=cross_validate,
+        )
+    else:
+        loaded = load_study(storage, from_study)
+        hardware = hardware or catalog_gpu(loaded)
+        model = model or loaded.info.model or ""
+        get_gpu(hardware)
+        get_model(model)
+        targets = study_targets(loaded, hardware=hardware, model=model)
+        profile = calibrate(
+            targets,
+            hardware=hardware,
+            model=model,
+            source=f"study {loaded.name}",
+            engine_version=loaded.info.engine_version,
+            workload_digest=targets[0].plan.digest,
+            cross_validate=cross_validate,
+        )
+    save_profile(profile, out)
+    _print_profile(profile, targets)
+    console().print(f"wrote {out}")
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1%}"
+
+
+def _print_profile(profile: CalibrationProfile, targets: list[Target]) -> None:
+    table = Table(title=f"calibration: {profile.model} on {profile.hardware} ({profile.source})")
+    table.add_column("point")
+    for column in ("tok/s", "raw", "fit", "held out", "latency s", "raw", "fit", "held out"):
+        table.add_column(column, justify="right")
+    for point in profile.points:
+        tok_error, latency_error = point.errors
+        held_tok, held_latency = point.held_out_errors
+        table.add_row(
+            point.label,
+            f"{point.measured_tok_s:.1f}",
+            _percent(
+                point.uncalibrated_tok_s and point.uncalibrated_tok_s / point.measured_tok_s - 1
+            ),
+            _percent(tok_error),
+            _percent(held_tok),
+            f"{point.measured_latency_s:.3f}",
+            _percent(
+                point.uncalibrated_latency_s
+                and point.uncalibrated_latency_s / point.measured_latency_s - 1
+            ),
+            _percent(latency_error),
+            _percent(held_latency),
+        )
+    out = console()
+    out.print(table)
+    out.print("raw: uncalibrated model; fit: calibrated; held out: fitted without that point")
+    for name in profile.fitted:
+        before = getattr(DEFAULT_CONSTANTS, name) or "catalog"
+        after = getattr(profile.constants, name)
+        if name == "mtp_acceptance":
+            after = tuple(round(rate, 3) for rate in after or ())
+        out.print(f"  {name}: {before} -> {after}")
+    if profile.expected_error is not None:
+        out.print(
+            f"expected error: {profile.expected_error:.1%} "
+            f"(median over {len(targets)} points, {profile.expected_error_basis})"
+        )

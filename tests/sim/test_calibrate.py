@@ -1,0 +1,111 @@
+"""The fit behind `autotune sim calibrate`: recovery, bounds, points files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from autotune.errors import InputError
+from autotune.sim.calibrate import calibrate, fit_constants, point_target, predicted
+from autotune.sim.calibration_points import MeasuredPoint, load_points
+from autotune.sim.speed_constants import BOUNDS, DEFAULT_CONSTANTS, SpeedConstants
+
+HARDWARE, MODEL = "rtx4080s-32g", "qwen3.6-27b-awq"
+TRUTH = SpeedConstants(bandwidth_efficiency=0.7, mtp_acceptance=(0.9, 0.75, 0.6))
+GRID = [(1, 0), (8, 0), (2, 3), (8, 3)]
+
+
+def measured(truth: SpeedConstants, grid: list[tuple[int, int]]) -> list[MeasuredPoint]:
+    """Closed-loop points as a simulator with ``truth`` constants measures them."""
+    points = []
+    for concurrency, mtp in grid:
+        point = MeasuredPoint(
+            concurrency=concurrency,
+            mtp=mtp,
+            prompt_tokens=128,
+            output_tokens=64,
+            output_tokens_per_s=1.0,
+            mean_latency_s=1.0,
+            requests_per_client=2,
+        )
+        figures = predicted(point_target(HARDWARE, MODEL, point), truth)
+        assert figures is not None
+        tok_s, latency_s = figures
+        points.append(
+            point.model_copy(update={"output_tokens_per_s": tok_s, "mean_latency_s": latency_s})
+        )
+    return points
+
+
+def test_fit_recovers_the_constants_that_made_the_points() -> None:
+    targets = [point_target(HARDWARE, MODEL, p) for p in measured(TRUTH, GRID)]
+    fitted = fit_constants(targets, free=["bandwidth_efficiency", "mtp_acceptance"])
+    assert fitted.bandwidth_efficiency == pytest.approx(0.7, abs=0.03)
+    assert fitted.mtp_acceptance is not None
+    assert fitted.mtp_acceptance == pytest.approx((0.9, 0.75, 0.6), abs=0.06)
+    for target in targets:  # and it predicts what the truth measured
+        figures = predicted(target, fitted)
+        assert figures is not None
+        assert figures[0] == pytest.approx(target.tok_s, rel=0.03)
+
+
+def test_fit_stays_within_physical_bounds() -> None:
+    impossible = [
+        point.model_copy(update={"output_tokens_per_s": point.output_tokens_per_s * 5})
+        for point in measured(DEFAULT_CONSTANTS, GRID[:2])
+    ]
+    targets = [point_target(HARDWARE, MODEL, p) for p in impossible]
+    fitted = fit_constants(targets)
+    for name, (low, high) in BOUNDS.items():
+        assert low <= getattr(fitted, name) <= high, name
+    assert fitted.bandwidth_efficiency == pytest.approx(BOUNDS["bandwidth_efficiency"][1])
+
+
+def test_profile_records_residuals_and_a_held_out_error() -> None:
+    targets = [point_target(HARDWARE, MODEL, p) for p in measured(TRUTH, GRID)]
+    profile = calibrate(targets, hardware=HARDWARE, model=MODEL, source="test")
+    assert profile.expected_error_basis == "cross-validation"
+    assert profile.expected_error is not None and profile.expected_error < 0.1
+    assert len(profile.points) == len(GRID)
+    raw = [abs(p.uncalibrated_tok_s / p.measured_tok_s - 1) for p in profile.points]
+    fit = [abs(p.errors[0]) for p in profile.points]
+    assert max(fit) < 0.05 < max(raw)
+    assert all(p.held_out_tok_s is not None for p in profile.points)
+    assert "mtp_acceptance" in profile.fitted and "draft_pass_overhead_s" in profile.fitted
+
+
+@pytest.mark.parametrize(
+    ("entries", "message"),
+    [
+        ([{"concurrency": 1}], "pts.json:0:mtp: Field required"),
+        (
+            [
+                {"concurrency": 1, "mtp": 0, "prompt_tokens": 8, "output_tokens": 8,
+                 "output_tokens_per_s": 1.0, "mean_latency_s": 1.0},
+                {"concurrency": 0, "mtp": 0, "prompt_tokens": 8, "output_tokens": 8,
+                 "output_tokens_per_s": 1.0, "mean_latency_s": 1.0},
+            ],
+            "pts.json:1:concurrency: Input should be greater than or equal to 1",
+        ),
+        (
+            [{"concurrency": 1, "mtp": 0, "prompt_tokens": 8, "output_tokens": 8,
+              "output_tokens_per_s": 1.0, "mean_latency_s": 1.0, "mpt": 2}],
+            "pts.json:0:mpt: Extra inputs are not permitted",
+        ),
+        ([3], "pts.json:0: a point is a JSON object"),
+        ({"points": []}, "pts.json: a points file is a non-empty JSON list"),
+    ],
+)  # fmt: skip
+def test_bad_points_file_names_file_index_and_field(
+    tmp_path: Path, entries: object, message: str
+) -> None:
+    path = tmp_path / "pts.json"
+    path.write_text(json.dumps(entries))
+    with pytest.raises(InputError) as excinfo:
+        load_points(path)
+    assert str(excinfo.value) == f"{tmp_path}/{message}" or str(excinfo.value).startswith(
+        f"{tmp_path}/{message}"
+    )
+    assert "\n" not in str(excinfo.value)
