@@ -167,10 +167,12 @@ def write_workload(path: Path, records: Iterable[Header | PrefixRecord | Request
 
 
 def write_atomic(path: Path, payload: bytes) -> None:
-    """Write bytes to ``path`` through a temp file in the same directory."""
+    """Write bytes to ``path`` through a temp file in the same directory, mode 0600
+    whatever the umask (workloads hold users' prompts)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, 0o600)  # mkstemp's mode already; said here so it stays so
         with os.fdopen(fd, "wb") as handle:
             handle.write(payload)
         os.replace(tmp, path)

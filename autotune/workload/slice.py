@@ -90,26 +90,19 @@ def measure(workload: Workload, tokenizer: Tokenizer) -> dict[str, _Size]:
     return sizes
 
 
-def slice_workload(
+def _drop_reasons(
     workload: Workload,
-    *,
-    sessions: int | None = None,
-    max_context: int | None = None,
-    duration_s: float | None = None,
-    tokenizer: Tokenizer | None = None,
-) -> tuple[Workload, SliceReport]:
-    """Keep the first ``sessions`` sessions (by first arrival), requests whose prompt +
-    output fits ``max_context`` tokens, and those arriving within ``duration_s`` of the start."""
-    sizes = measure(workload, tokenizer or WordTokenizer())
+    sizes: dict[str, _Size],
+    sessions: set[str] | None,
+    max_context: int | None,
+    duration_s: float | None,
+) -> dict[str, str]:
+    """Why each dropped request is dropped (request id -> reason); ``sessions`` None: all."""
     start_s = min((size.arrival_s for size in sizes.values()), default=0.0)
-    by_arrival = sorted(workload.requests, key=lambda record: sizes[record.id].arrival_s)
-    order = list(dict.fromkeys(r.session for r in by_arrival if r.session is not None))
-    kept_sessions = set(order if sessions is None else order[:sessions])
-    report = SliceReport()
     reasons: dict[str, str] = {}
     for record in workload.requests:
         size = sizes[record.id]
-        if record.session is not None and record.session not in kept_sessions:
+        if sessions is not None and record.session is not None and record.session not in sessions:
             reasons[record.id] = "session beyond --sessions"
         elif duration_s is not None and size.arrival_s - start_s > duration_s:
             reasons[record.id] = f"arrives after {duration_s:g}s"
@@ -119,6 +112,36 @@ def slice_workload(
             reasons[record.id] = "waits only on dropped requests"
         elif max_context is not None and size.prompt_tokens + record.output.tokens > max_context:
             reasons[record.id] = f"prompt + output over {max_context} tokens"
+    return reasons
+
+
+def _sessions_by_arrival(
+    workload: Workload, sizes: dict[str, _Size], dropped: dict[str, str]
+) -> list[str]:
+    """Sessions with a request not in ``dropped``, by their first such arrival."""
+    kept = [record for record in workload.requests if record.id not in dropped]
+    kept.sort(key=lambda record: sizes[record.id].arrival_s)
+    return list(dict.fromkeys(r.session for r in kept if r.session is not None))
+
+
+def slice_workload(
+    workload: Workload,
+    *,
+    sessions: int | None = None,
+    max_context: int | None = None,
+    duration_s: float | None = None,
+    tokenizer: Tokenizer | None = None,
+) -> tuple[Workload, SliceReport]:
+    """Keep requests whose prompt + output fits ``max_context`` tokens and that arrive
+    within ``duration_s`` of the start, then the first ``sessions`` sessions (by first
+    arrival) of those that still have a request: filter, then pick."""
+    sizes = measure(workload, tokenizer or WordTokenizer())
+    all_sessions = {r.session for r in workload.requests if r.session is not None}
+    reasons = _drop_reasons(workload, sizes, None, max_context, duration_s)
+    if sessions is not None:
+        picked = set(_sessions_by_arrival(workload, sizes, reasons)[:sessions])
+        reasons = _drop_reasons(workload, sizes, picked, max_context, duration_s)
+    report = SliceReport()
     kept: list[RequestRecord] = []
     for record in workload.requests:
         if record.id in reasons:
@@ -131,7 +154,7 @@ def slice_workload(
         kept.append(record)
     report.kept = len(kept)
     report.sessions_kept = len({r.session for r in kept if r.session is not None})
-    report.sessions_dropped = len(order) - report.sessions_kept
+    report.sessions_dropped = len(all_sessions) - report.sessions_kept
     used = {record.prefix for record in kept if record.prefix is not None}
     prefixes = {key: value for key, value in workload.prefixes.items() if key in used}
     return Workload(workload.header, prefixes, kept), report

@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import os
+import stat
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -75,3 +79,43 @@ def test_measure_agrees_with_expand(write_jsonl: Callable[..., Path]) -> None:
     for request in expand(workload).requests:
         assert sizes[request.id].prompt_tokens == request.prompt_tokens
         assert sizes[request.id].arrival_s == request.arrival_s
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """The real `autotune` command, under a permissive umask."""
+    return subprocess.run(
+        [sys.executable, "-m", "autotune", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=lambda: os.umask(0o022),
+    )
+
+
+def test_slice_filters_then_picks_sessions(
+    write_jsonl: Callable[..., Path], tmp_path: Path
+) -> None:
+    # s1 and s2 arrive first but start with a prompt over the limit: nothing of them fits.
+    records = [*_session("s1", 0, 2, 400), *_session("s2", 1, 2, 400)]
+    for index in range(3, 7):
+        records += _session(f"s{index}", index, 3, 100)
+    path = write_jsonl([HEADER, *records])
+    out = tmp_path / "small.jsonl"
+    result = _cli("workload", "slice", str(path), str(out), "--sessions", "3",
+                  "--max-context", "330", cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "kept 9 requests in 3 sessions (3 sessions dropped)" in result.stdout
+    sessions = {r.session for r in read_workload(out).requests}
+    assert sessions == {"s3", "s4", "s5"}
+
+
+def test_workload_files_are_private_whatever_the_umask(tmp_path: Path) -> None:
+    generated = tmp_path / "cc.jsonl"
+    generated.write_text("")
+    generated.chmod(0o644)  # an older file in the way is replaced, not reused
+    assert _cli("workload", "gen", "fixed", "--requests", "4", str(generated),
+                cwd=tmp_path).returncode == 0  # fmt: skip
+    assert _cli("workload", "slice", str(generated), cwd=tmp_path).returncode == 0
+    for path in (generated, tmp_path / "cc.slice.jsonl"):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
