@@ -2,7 +2,7 @@
 
 Why: httpx's own stack (httpcore + h11) handles every chunk of a chunked SSE
 response as its own event through several layers, about 3x the CPU of
-aiohttp per streamed token (reference/client-throughput.md). A time-scaled
+aiohttp per streamed token (docs/benchmarks.md, "Replay client"). A time-scaled
 simulator or a fast GPU streams tens of thousands of tokens a second; the
 client must not be what limits the measurement. aiohttp's ``iter_any``
 hands over everything already received in one piece, so under load one read

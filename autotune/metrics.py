@@ -3,8 +3,8 @@
 Counters are deltas between a scrape before and one after the replay; gauges
 (running, waiting, KV usage) are peaks over every scrape. Samples are summed
 over engines (``engine`` label) except KV usage, whose peak is the fullest
-engine's. Names are vLLM's V1 names (reference/vllm-facts.md §5), with the
-older ``gpu_`` names as fallbacks.
+engine's. Names are vLLM's V1 names (the families the simulator exports,
+docs/sim-server.md), with the older ``gpu_`` names as fallbacks.
 """
 
 from __future__ import annotations

@@ -6,6 +6,13 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from autotune.defaults import (
+    DEFAULT_HEARTBEAT_S,
+    DEFAULT_SAMPLER,
+    DEFAULT_STARTUP_TIMEOUT_S,
+    DEFAULT_TIME_SCALE,
+    DEFAULT_TRIALS,
+)
 from autotune.engines import make_engine
 from autotune.errors import InputError
 from autotune.objective import Goal, parse_objectives, parse_slos
@@ -36,22 +43,22 @@ class RunOptions(BaseModel):
     space: Path | None = None
     storage: str
     study: str | None = None
-    trials: int | None = Field(default=20, ge=1)
+    trials: int | None = Field(default=DEFAULT_TRIALS, ge=1)
     timeout_s: float | None = None
     trial_timeout_s: float | None = None
-    startup_timeout_s: float = 900.0
-    sampler: str = "gp"
+    startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S
+    sampler: str = DEFAULT_SAMPLER
     seed: int | None = None
     slos: list[str] = Field(default_factory=list)
     max_error_rate: float = Field(default=0.0, ge=0.0, le=1.0)
     load: LoadSpec = LoadSpec()
-    time_scale: float = Field(default=20.0, gt=0)
+    time_scale: float = Field(default=DEFAULT_TIME_SCALE, gt=0)
     noise: float = Field(default=0.0, ge=0)
     vllm_executable: str = "vllm"
     tokenizer: str | None = None  # the served model's tokenizer, when not found from --model
     prescreen: bool = True  # ask the memory model before launching
     artifacts_dir: Path | None = None
-    heartbeat_interval_s: int = Field(default=10, ge=1)
+    heartbeat_interval_s: int = Field(default=DEFAULT_HEARTBEAT_S, ge=1)
 
 
 def prepare_study(options: RunOptions) -> StudySpec:

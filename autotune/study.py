@@ -20,6 +20,14 @@ from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune import __version__
+from autotune.defaults import (
+    DEFAULT_ARTIFACTS_DIR,
+    DEFAULT_HEARTBEAT_S,
+    DEFAULT_RUNS_DIR,
+    DEFAULT_SAMPLER,
+    DEFAULT_STARTUP_TIMEOUT_S,
+    DEFAULT_TRIALS,
+)
 from autotune.engines.base import BaseEngine
 from autotune.errors import StorageError, StudyMismatchError
 from autotune.objective import Goal, Score, request_slo, score
@@ -34,7 +42,6 @@ from autotune.vocabulary import Outcome
 from autotune.workload.plan import WorkloadPlan
 
 SAMPLERS = ("gp", "tpe", "random", "grid")
-DEFAULT_HEARTBEAT_S = 10
 IDENTITY_ATTRS = ("space_digest", "workload_digest", "objectives", "engine", "model")
 
 
@@ -64,16 +71,16 @@ class StudySpec:
     plan: WorkloadPlan
     workload_path: Path
     load: LoadSpec
-    n_trials: int | None = 20
+    n_trials: int | None = DEFAULT_TRIALS
     timeout_s: float | None = None
     trial_timeout_s: float | None = None
-    startup_timeout_s: float = 900.0
-    sampler: str = "gp"
+    startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S
+    sampler: str = DEFAULT_SAMPLER
     seed: int | None = None
     prescreen: Prescreen | None = None  # the memory model's estimate of a config
     skip_predicted_oom: bool = True  # score what the estimate rejects without launching
-    artifacts_dir: Path = Path("studies/artifacts")
-    runs_dir: Path = Path("studies/runs")
+    artifacts_dir: Path = DEFAULT_ARTIFACTS_DIR
+    runs_dir: Path = DEFAULT_RUNS_DIR
     heartbeat_interval_s: int = DEFAULT_HEARTBEAT_S
     token_note: str | None = None  # why the plan is not token-exact for the served model
 

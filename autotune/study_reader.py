@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
+from autotune.defaults import DEFAULT_ARTIFACTS_DIR
 from autotune.errors import InputError, StorageError
 from autotune.trial_record import TrialRecord, outcome_text
 from autotune.vocabulary import OOM_OUTCOMES, HardwareFingerprint
@@ -289,7 +290,7 @@ def default_artifact_dir(storage_url: str) -> Path:
     url = make_url(storage_url)
     if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
         return Path(url.database).parent / "artifacts"
-    return Path("studies/artifacts")
+    return DEFAULT_ARTIFACTS_DIR
 
 
 def dashboard_argv(

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from autotune.defaults import DEFAULT_STARTUP_TIMEOUT_S
 from autotune.engines.base import BaseEngine
 from autotune.errors import ServerStartFailed
 from autotune.replay.load import LoadSpec, ReplayObserver, RequestSlo
@@ -23,8 +24,6 @@ from autotune.space import SearchSpace
 from autotune.trial_config import TrialConfig
 from autotune.vocabulary import Failure, Outcome, ServerStats, StartupReport
 from autotune.workload.plan import WorkloadPlan
-
-DEFAULT_STARTUP_TIMEOUT_S = 900.0
 
 
 @dataclass(frozen=True)

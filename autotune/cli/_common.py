@@ -15,8 +15,6 @@ from rich.console import Console
 
 from autotune.errors import AutotuneError, InputError
 
-DEFAULT_STORAGE = "sqlite:///studies/autotune.db"
-
 P = ParamSpec("P")
 R = TypeVar("R")
 

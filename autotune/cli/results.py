@@ -14,13 +14,13 @@ from autotune import compare as compare_mod
 from autotune import export as export_mod
 from autotune import report as report_mod
 from autotune.cli._common import (
-    DEFAULT_STORAGE,
     StorageOption,
     StudyOption,
     console,
     error_console,
     handle_errors,
 )
+from autotune.defaults import DEFAULT_STORAGE_URL
 from autotune.errors import InputError
 from autotune.explain import explain as explain_study
 from autotune.sim.calibration import load_profile
@@ -29,7 +29,7 @@ from autotune.study_reader import dashboard_argv, load_study
 
 @handle_errors
 def export(
-    storage: StorageOption = DEFAULT_STORAGE,
+    storage: StorageOption = DEFAULT_STORAGE_URL,
     study: StudyOption = None,
     trial: Annotated[
         int | None, typer.Option("--trial", help="Export this trial number, not the best.")
@@ -66,7 +66,7 @@ def export(
 
 
 @handle_errors
-def explain(storage: StorageOption = DEFAULT_STORAGE, study: StudyOption = None) -> None:
+def explain(storage: StorageOption = DEFAULT_STORAGE_URL, study: StudyOption = None) -> None:
     """Explain, from the measured trials, why the best config wins and where OOM begins."""
     _quiet_optuna()
     loaded = load_study(storage, study)
@@ -80,7 +80,7 @@ def explain(storage: StorageOption = DEFAULT_STORAGE, study: StudyOption = None)
 
 @handle_errors
 def report(
-    storage: StorageOption = DEFAULT_STORAGE,
+    storage: StorageOption = DEFAULT_STORAGE_URL,
     study: StudyOption = None,
     out: Annotated[Path, typer.Option("--out", help="The HTML file to write.")] = Path(
         "report.html"
@@ -96,7 +96,7 @@ def report(
 @handle_errors
 def compare(
     studies: Annotated[list[str], typer.Argument(help="Study names to compare.")],
-    storage: StorageOption = DEFAULT_STORAGE,
+    storage: StorageOption = DEFAULT_STORAGE_URL,
     price: Annotated[
         list[str] | None,
         typer.Option("--price", help="GPU=USD_PER_HOUR, e.g. rtx4080s-32g=0.35 (repeatable)."),
@@ -130,7 +130,7 @@ def compare(
 
 @handle_errors
 def dashboard(
-    storage: StorageOption = DEFAULT_STORAGE,
+    storage: StorageOption = DEFAULT_STORAGE_URL,
     artifact_dir: Annotated[
         Path | None,
         typer.Option(

