@@ -8,8 +8,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from autotune.cli._common import DEFAULT_STORAGE, StorageOption, console, handle_errors
+from autotune.cli._common import StorageOption, console, handle_errors
 from autotune.compare import catalog_gpu
+from autotune.defaults import DEFAULT_STORAGE_URL
 from autotune.errors import InputError
 from autotune.sim.calibrate import Target, calibrate, point_target
 from autotune.sim.calibration import CalibrationProfile, save_profile
@@ -38,7 +39,7 @@ def calibrate_command(
         str | None,
         typer.Option("--from-study", help="Calibrate from this study's measured trials."),
     ] = None,
-    storage: StorageOption = DEFAULT_STORAGE,
+    storage: StorageOption = DEFAULT_STORAGE_URL,
     cross_validate: Annotated[
         bool,
         typer.Option(
