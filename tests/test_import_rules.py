@@ -8,6 +8,8 @@ below everything (it imports nothing of ours).
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -64,3 +66,23 @@ def test_relative_imports_are_not_used_to_hide_a_dependency() -> None:
         if isinstance(node, ast.ImportFrom) and node.level > 0
     ]
     assert not relative, relative
+
+
+TRANSITIVE = [("autotune.sim", "autotune.engines"), ("autotune.workload", "autotune.replay")]
+
+
+@pytest.mark.parametrize(("package", "forbidden"), TRANSITIVE, ids=[rule[0] for rule in TRANSITIVE])
+def test_layering_holds_transitively(package: str, forbidden: str) -> None:
+    """Importing every module of the package, in a fresh interpreter, loads nothing forbidden."""
+    script = (
+        "import importlib, pkgutil, sys\n"
+        f"package = importlib.import_module({package!r})\n"
+        f"for info in pkgutil.walk_packages(package.__path__, {package + '.'!r}):\n"
+        "    if not info.name.endswith('__main__'):\n"
+        "        importlib.import_module(info.name)\n"
+        f"print(sorted(name for name in sys.modules if name.startswith({forbidden!r})))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert result.stdout.strip() == "[]", f"{package} loads {result.stdout.strip()}"
