@@ -1,7 +1,10 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,6 +17,7 @@ from autotune.workload.importers import (
     import_weka,
     import_workload,
 )
+from autotune.workload.importers.weka import trace_files
 from autotune.workload.slice import slice_workload
 from autotune.workload.stats import workload_stats
 from tests.workload.conftest import require_data
@@ -47,6 +51,50 @@ def test_weka_single_file_and_subagent_timing() -> None:
     first_sub = next(r for r in workload.requests if r.thread.startswith("sa:"))
     assert first_sub.after and first_sub.after[0].startswith(first_sub.session or "")
     assert first_sub.t_s == pytest.approx(272.112)
+
+
+def _raw_ideal_hit(trace: dict[str, Any]) -> float:
+    """An infinite cache over the trace's own 64-token block ids, requests in time order."""
+    calls = []
+    for raw in trace["requests"]:
+        if raw.get("type") == "subagent":
+            calls += [(raw["t"] + sub["t"], sub) for sub in raw.get("requests") or []]
+        else:
+            calls.append((raw["t"], raw))
+    calls.sort(key=lambda call: call[0])
+    seen: set[int] = set()
+    hit = total = 0
+    for _, call in calls:
+        leading = 0
+        while leading < len(call["hash_ids"]) and call["hash_ids"][leading] in seen:
+            leading += 1
+        hit += min(64 * leading, call["in"])
+        total += call["in"]
+        seen.update(call["hash_ids"])
+    return hit / total
+
+
+def test_weka_import_keeps_every_leading_block_the_raw_ids_share(tmp_path: Path) -> None:
+    """Requests that leave the thread's first prefix part-way still share its start."""
+    for path in trace_files(require_data("claude-code-traces")):
+        workload, _ = import_weka(path)
+        out = tmp_path / f"{path.stem}.jsonl"
+        write_workload(out, workload.records())
+        stats = workload_stats(load_plan(out), block_size=64)
+        raw = _raw_ideal_hit(json.loads(path.read_text()))
+        assert stats.prefix_hit_ratio == pytest.approx(raw, abs=1e-9), path.name
+
+
+def test_weka_import_cli_ideal_hit_equals_the_raw_ids(tmp_path: Path) -> None:
+    source = require_data("claude-code-traces/trace_0247.json")
+    out = tmp_path / "t.jsonl"
+    autotune = [sys.executable, "-m", "autotune", "workload"]
+    run = [*autotune, "import", "--from", "weka", str(source), str(out)]
+    assert subprocess.run(run, capture_output=True, timeout=60).returncode == 0
+    stats = [*autotune, "stats", "--json", "--block-size", "64", str(out)]
+    result = subprocess.run(stats, capture_output=True, text=True, timeout=60)
+    hit = json.loads(result.stdout)["prefix_hit_ratio"]
+    assert hit == pytest.approx(_raw_ideal_hit(json.loads(source.read_text())), abs=1e-9)
 
 
 def test_mooncake_imports_global_512_token_blocks(tmp_path: Path) -> None:

@@ -7,6 +7,9 @@ them and are joined by the next main-thread request when they finished before
 it. The first ``(tool_tokens + system_tokens) // 64`` blocks are the Claude
 Code tools + system prefix: the tool definitions are shared by every trace
 with the same ``tool_tokens``, the system text by traces with the same sizes.
+A request whose ids leave the thread's prefix after k blocks uses the prefix's
+first k blocks (a prefix record of its own, the same text), so every leading
+block the raw ids share stays shared.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from autotune.workload.schema import (
 
 BLOCK_SIZE = 64
 TOOLS_HASH_BASE = 1 << 40  # global hash ids of tool-definition blocks, apart from trace ids
+SYSTEM_HASH_BASE = 1 << 48  # global hash ids of a prefix's system-text blocks
 
 
 @dataclass
@@ -94,20 +98,23 @@ def _prefix(
     owner: dict[str, Any], first: dict[str, Any], prefixes: dict[str, PrefixRecord]
 ) -> tuple[str | None, list[int]]:
     """The shared-prefix id and the hash ids it replaces (from the thread's first request)."""
-    tokens = int(owner.get("tool_tokens") or 0) + int(owner.get("system_tokens") or 0)
-    blocks = min(tokens // BLOCK_SIZE, len(first.get("hash_ids") or []) - 1)
+    tool_tokens = int(owner.get("tool_tokens") or 0)
+    system_tokens = int(owner.get("system_tokens") or 0)
+    full = (tool_tokens + system_tokens) // BLOCK_SIZE
+    blocks = min(full, len(first.get("hash_ids") or []) - 1)
     if blocks <= 0:
         return None, []
-    tool_tokens = int(owner.get("tool_tokens") or 0)
-    prefix_id = f"cc.{tool_tokens}.{owner.get('system_tokens', 0)}"
+    prefix_id = f"cc.{tool_tokens}.{system_tokens}"
     if prefix_id not in prefixes:
-        prefixes[prefix_id] = PrefixRecord(id=prefix_id, system=_prefix_parts(tool_tokens, blocks))
-    return prefix_id, list(first["hash_ids"][:blocks])
+        parts = _prefix_parts(tool_tokens, system_tokens, full)
+        prefixes[prefix_id] = PrefixRecord(id=prefix_id, system=parts)
+    return _leading(prefixes, prefix_id, blocks), list(first["hash_ids"][:blocks])
 
 
-def _prefix_parts(tool_tokens: int, blocks: int) -> list[SynthPart]:
+def _prefix_parts(tool_tokens: int, system_tokens: int, blocks: int) -> list[SynthPart]:
     """Tool definitions first (as Anthropic renders them), shared by every trace with the
-    same tool_tokens through global hash ids; then this prefix's own system text."""
+    same tool_tokens; then the system text, shared by traces with the same sizes. Both
+    through global hash ids, so a prefix's first k blocks are text of their own."""
     total = blocks * BLOCK_SIZE
     tools = min(tool_tokens, total)
     parts: list[SynthPart] = []
@@ -115,13 +122,39 @@ def _prefix_parts(tool_tokens: int, blocks: int) -> list[SynthPart]:
         ids = [TOOLS_HASH_BASE + tool_tokens * 1_000 + i for i in range(-(-tools // BLOCK_SIZE))]
         parts.append(SynthPart(tokens=tools, hash_ids=ids, scope="global"))
     if total > tools:
-        parts.append(SynthPart(tokens=total - tools))
+        base = SYSTEM_HASH_BASE + (tool_tokens * 100_000 + system_tokens) * 1_000
+        count = -(-(total - tools) // BLOCK_SIZE)
+        ids = [base + i for i in range(count)]
+        parts.append(SynthPart(tokens=total - tools, hash_ids=ids, scope="global"))
     return parts
+
+
+def _leading(prefixes: dict[str, PrefixRecord], prefix_id: str, blocks: int) -> str:
+    """The id of a prefix's first ``blocks`` blocks (the prefix itself when that is all of it):
+    the same text, so a request that leaves the prefix part-way still shares its start."""
+    full = prefixes[prefix_id]
+    if sum(part.tokens for part in full.system if isinstance(part, SynthPart)) <= (
+        blocks * BLOCK_SIZE
+    ):
+        return prefix_id
+    cut_id = f"{prefix_id}@{blocks}"
+    if cut_id not in prefixes:
+        left = blocks * BLOCK_SIZE
+        parts: list[SynthPart] = []
+        for part in full.system:
+            assert isinstance(part, SynthPart) and part.hash_ids is not None  # _prefix_parts
+            take = min(part.tokens, left)
+            if take:
+                ids = part.hash_ids[: -(-take // BLOCK_SIZE)]
+                parts.append(part.model_copy(update={"tokens": take, "hash_ids": ids}))
+            left -= take
+        prefixes[cut_id] = PrefixRecord(id=cut_id, system=parts)
+    return cut_id
 
 
 def _request(
     raw: dict[str, Any], thread: _Thread, request_id: str, t_s: float, after: list[str],
-    report: ImportReport,
+    prefixes: dict[str, PrefixRecord], report: ImportReport,
 ) -> RequestRecord | None:  # fmt: skip
     try:
         hash_ids = [int(h) for h in raw["hash_ids"]]
@@ -134,10 +167,16 @@ def _request(
         report.adjusted["output of 0 tokens replayed as 1"] += 1
         output = 1
     prefix_id = None
-    if thread.prefix_id and hash_ids[: len(thread.prefix_ids)] == thread.prefix_ids:
-        prefix_id = thread.prefix_id
-        hash_ids = hash_ids[len(thread.prefix_ids) :]
-        tokens -= len(thread.prefix_ids) * BLOCK_SIZE
+    shared = _common_length(hash_ids, thread.prefix_ids)
+    shared = min(shared, len(hash_ids) - 1)  # the request keeps at least one block of its own
+    if thread.prefix_id and shared > 0:
+        prefix_id = (
+            thread.prefix_id
+            if shared == len(thread.prefix_ids)
+            else _leading(prefixes, thread.prefix_id.partition("@")[0], shared)
+        )
+        hash_ids = hash_ids[shared:]
+        tokens -= shared * BLOCK_SIZE
     if not hash_ids or tokens <= BLOCK_SIZE * (len(hash_ids) - 1):
         report.dropped["hash_ids inconsistent with the input length"] += 1
         return None
@@ -160,6 +199,14 @@ def _request(
     except ValidationError as exc:
         report.dropped[f"invalid request ({exc.errors()[0]['loc'][0]})"] += 1
         return None
+
+
+def _common_length(ids: list[int], prefix_ids: list[int]) -> int:
+    """How many leading ids ``ids`` shares with ``prefix_ids``."""
+    for index, (a, b) in enumerate(zip(ids, prefix_ids, strict=False)):
+        if a != b:
+            return index
+    return min(len(ids), len(prefix_ids))
 
 
 def _expect(raw: dict[str, Any]) -> dict[str, object] | None:
@@ -194,7 +241,8 @@ def _trace(
         after = [main.last_id] if main.last_id else []
         joined = [rid for end_s, rid in pending_joins if end_s <= t_s + 1.0]
         pending_joins = [(end_s, rid) for end_s, rid in pending_joins if end_s > t_s + 1.0]
-        request = _request(raw, main, f"{session}.r{counter:04d}", t_s, after + joined, report)
+        rid = f"{session}.r{counter:04d}"
+        request = _request(raw, main, rid, t_s, after + joined, prefixes, report)
         counter += 1
         if request is not None:
             out.append(request)
@@ -222,7 +270,8 @@ def _subagent(
         else:
             after = [thread.last_id]
         t_s = start_s + float(raw.get("t") or 0.0)
-        request = _request(raw, thread, f"{session}.{agent}.r{index:04d}", t_s, after, report)
+        rid = f"{session}.{agent}.r{index:04d}"
+        request = _request(raw, thread, rid, t_s, after, prefixes, report)
         if request is None:
             continue
         if thread.last_id is None:  # spawned: wait from the spawner's end to the start
