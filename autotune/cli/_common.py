@@ -14,6 +14,10 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from autotune.errors import AutotuneError, InputError
+from autotune.replay.load import LoadSpec
+
+LOAD_DEFAULTS = LoadSpec()  # the load options of run, try and replay default to LoadSpec's
+MAX_GAP_DEFAULT = f"{LOAD_DEFAULTS.max_gap_s:g}s"
 
 P = ParamSpec("P")
 R = TypeVar("R")

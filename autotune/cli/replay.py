@@ -10,7 +10,13 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from autotune.cli._common import console, handle_errors, parse_duration
+from autotune.cli._common import (
+    LOAD_DEFAULTS,
+    MAX_GAP_DEFAULT,
+    console,
+    handle_errors,
+    parse_duration,
+)
 from autotune.errors import InputError
 from autotune.replay.load import LoadSpec
 from autotune.replay.records import Percentiles, RequestRecord
@@ -131,25 +137,29 @@ def _print_level(level: LevelResult) -> None:
 def replay_command(
     url: Annotated[str, typer.Option(help="Server base URL, e.g. http://127.0.0.1:8000")],
     workload: Annotated[Path, typer.Option("--workload", "-w", help="Workload JSONL file.")],
-    mode: Annotated[str, typer.Option(help="concurrency, sessions or trace.")] = "sessions",
-    concurrency: Annotated[int, typer.Option(min=1, help="Requests / sessions at once.")] = 8,
+    mode: Annotated[str, typer.Option(help="concurrency, sessions or trace.")] = LOAD_DEFAULTS.mode,
+    concurrency: Annotated[
+        int, typer.Option(min=1, help="Requests / sessions at once.")
+    ] = LOAD_DEFAULTS.concurrency,
     sweep: Annotated[
         str | None, typer.Option(help="Run once per concurrency level, e.g. 1,4,8,16,32.")
     ] = None,
     time_scale: Annotated[
         float, typer.Option(min=0.0, help="Replay recorded gaps and arrivals this many x faster.")
-    ] = 1.0,
-    max_gap: Annotated[str | None, typer.Option(help="Cap on a recorded gap, e.g. 30s.")] = "60s",
+    ] = LOAD_DEFAULTS.timing_scale,
+    max_gap: Annotated[
+        str | None, typer.Option(help="Cap on a recorded gap, e.g. 30s.")
+    ] = MAX_GAP_DEFAULT,
     duration: Annotated[str | None, typer.Option(help="Stop sending after, e.g. 5m.")] = None,
     max_requests: Annotated[
         int | None, typer.Option(min=1, help="Stop sending after this many.")
     ] = None,
     warmup: Annotated[
         int, typer.Option(min=0, help="First N completions left out of the stats.")
-    ] = 0,
+    ] = LOAD_DEFAULTS.warmup_requests,
     recycle: Annotated[
         bool, typer.Option(help="Sessions: replay again with fresh salts to fill --duration.")
-    ] = False,
+    ] = LOAD_DEFAULTS.recycle_sessions,
     server_time_scale: Annotated[
         float, typer.Option(min=0.0, help="The simulator's own --time-scale (1 for vLLM).")
     ] = 1.0,

@@ -13,6 +13,8 @@ from rich.console import Console
 from rich.table import Table
 
 from autotune.cli._common import (
+    LOAD_DEFAULTS,
+    MAX_GAP_DEFAULT,
     StorageOption,
     StudyOption,
     console,
@@ -21,6 +23,7 @@ from autotune.cli._common import (
     parse_duration,
 )
 from autotune.defaults import (
+    DEFAULT_HEARTBEAT_S,
     DEFAULT_SAMPLER,
     DEFAULT_STARTUP_TIMEOUT_S,
     DEFAULT_STORAGE_URL,
@@ -103,17 +106,21 @@ def run(
         list[str] | None, typer.Option("--slo", help="e.g. ttft_p95<=2s (repeatable).")
     ] = None,
     max_error_rate: Annotated[float, typer.Option("--max-error-rate")] = 0.0,
-    mode: Mode = "sessions",
+    mode: Mode = LOAD_DEFAULTS.mode,
     concurrency: Annotated[
         int, typer.Option("--concurrency", help="Sessions (or requests) in flight.")
-    ] = 8,
+    ] = LOAD_DEFAULTS.concurrency,
     duration: Annotated[str | None, typer.Option("--duration", help="Replay budget.")] = None,
     max_requests: Annotated[int | None, typer.Option("--max-requests")] = None,
     timing_scale: Annotated[
         float, typer.Option("--timing-scale", help="Divide recorded gaps by this.")
-    ] = 1.0,
-    max_gap: Annotated[str | None, typer.Option("--max-gap", help="Cap think/tool gaps.")] = "60s",
-    warmup: Annotated[int, typer.Option("--warmup", help="Completions left out of stats.")] = 0,
+    ] = LOAD_DEFAULTS.timing_scale,
+    max_gap: Annotated[
+        str | None, typer.Option("--max-gap", help="Cap think/tool gaps.")
+    ] = MAX_GAP_DEFAULT,
+    warmup: Annotated[
+        int, typer.Option("--warmup", help="Completions left out of stats.")
+    ] = LOAD_DEFAULTS.warmup_requests,
     time_scale: Annotated[
         float, typer.Option("--time-scale", help="Simulator speed-up over modelled time.")
     ] = DEFAULT_TIME_SCALE,
@@ -131,7 +138,9 @@ def run(
         bool,
         typer.Option("--prescreen/--no-prescreen", help="Skip configs the memory model rejects."),
     ] = True,
-    heartbeat_interval: Annotated[int, typer.Option("--heartbeat-interval", hidden=True)] = 10,
+    heartbeat_interval: Annotated[
+        int, typer.Option("--heartbeat-interval", hidden=True)
+    ] = DEFAULT_HEARTBEAT_S,
 ) -> None:
     """Tune: propose configs, launch, replay, score; resume by running the same command again."""
     options = RunOptions(

@@ -12,7 +12,13 @@ import optuna
 import typer
 from rich.table import Table
 
-from autotune.cli._common import console, error_console, handle_errors, parse_duration
+from autotune.cli._common import (
+    LOAD_DEFAULTS,
+    console,
+    error_console,
+    handle_errors,
+    parse_duration,
+)
 from autotune.defaults import DEFAULT_RUNS_DIR, DEFAULT_TIME_SCALE
 from autotune.errors import InputError
 from autotune.objective import Score
@@ -40,10 +46,10 @@ def try_config(
         typer.Option("--set", help="NAME=VALUE over the space's baseline (repeatable)."),
     ] = None,
     slo: Annotated[list[str] | None, typer.Option("--slo", help="e.g. ttft_p95<=2s.")] = None,
-    mode: Annotated[str, typer.Option("--mode", help="sessions, concurrency or trace.")] = (
-        "sessions"
-    ),
-    concurrency: Annotated[int, typer.Option("--concurrency")] = 8,
+    mode: Annotated[
+        str, typer.Option("--mode", help="sessions, concurrency or trace.")
+    ] = LOAD_DEFAULTS.mode,
+    concurrency: Annotated[int, typer.Option("--concurrency")] = LOAD_DEFAULTS.concurrency,
     max_requests: Annotated[int | None, typer.Option("--max-requests")] = None,
     duration: Annotated[str | None, typer.Option("--duration", help="Replay budget.")] = None,
     time_scale: Annotated[
