@@ -13,7 +13,7 @@ import io
 from autotune.errors import InputError
 from autotune.sim.flags import parse_serve_args
 from autotune.sim.hardware import get_gpu
-from autotune.sim.memory import plan_memory
+from autotune.sim.memory import MemoryReport, plan_memory
 from autotune.sim.models import get_model
 from autotune.trial import MemoryEstimate, Prescreen
 from autotune.trial_config import TrialConfig
@@ -35,13 +35,9 @@ def make_prescreen(
     get_model(sim_model)
 
     def check(config: TrialConfig) -> MemoryEstimate | None:
-        argv = [sim_model, *config.vllm_args()[1:], "--hardware", hardware]
-        try:
-            with contextlib.redirect_stderr(io.StringIO()):
-                args = parse_serve_args(argv)
-        except SystemExit:
+        report = memory_report(config, sim_model=sim_model, hardware=hardware)
+        if report is None:
             return None  # flags the simulator does not model: no opinion
-        report = plan_memory(args.sim)
         chunk_tokens = min(report.max_num_batched_tokens, max_prompt_tokens)
         transient = (
             report.transient_prefill_bytes_per_token * chunk_tokens + report.transient_bytes_per_seq
@@ -54,6 +50,18 @@ def make_prescreen(
         return MemoryEstimate(fits=verdict, margin=margin, report=details)
 
     return check
+
+
+def memory_report(config: TrialConfig, *, sim_model: str, hardware: str) -> MemoryReport | None:
+    """The memory model's plan for ``config`` as ``sim_model`` on ``hardware`` (catalog
+    names), or None when its flags are not ones the simulator models."""
+    argv = [sim_model, *config.vllm_args()[1:], "--hardware", hardware]
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            args = parse_serve_args(argv)
+    except SystemExit:
+        return None
+    return plan_memory(args.sim)
 
 
 def memory_margin(headroom_bytes: int, visible_bytes: int, *, fits: bool) -> float:

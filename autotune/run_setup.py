@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -16,13 +17,31 @@ from autotune.defaults import (
 from autotune.engines import make_engine
 from autotune.errors import InputError
 from autotune.objective import Goal, parse_objectives, parse_slos
+from autotune.preflight import (
+    MAX_MODEL_LEN_FLAG,
+    Preflight,
+    PreflightFailed,
+    Target,
+    check_model_path,
+    local_model_endpoints,
+    native_context_of,
+    preflight,
+)
 from autotune.prescreen import try_prescreen
 from autotune.replay.load import LoadSpec
-from autotune.space import default_space_path, load_space
+from autotune.sim.hardware import get_gpu
+from autotune.sim.models import get_model
+from autotune.sim.prompt import PromptRenderer
+from autotune.space import SearchSpace, default_space_path, load_space
 from autotune.study import SAMPLERS, StudySpec, default_study_name
 from autotune.study_reader import default_artifact_dir
 from autotune.workload import load_plan
-from autotune.workload.served import plan_for_model
+from autotune.workload.plan import PlannedRequest, WorkloadPlan
+from autotune.workload.served import (
+    WORD_APPROXIMATION_TOKENS,
+    plan_for_model,
+    served_prompt_tokens,
+)
 
 # Above this memory margin a real engine's config is taken as a certain OOM
 # without launching it (the memory model is an estimate for real hardware).
@@ -40,6 +59,7 @@ class RunOptions(BaseModel):
     model: str
     hardware: str | None = None  # simulator GPU (catalog name); pre-screen for real engines
     sim_model: str | None = None  # catalog model for the pre-screen of a real engine
+    max_model_len: int | None = Field(default=None, ge=1)  # None: sized from the workload
     space: Path | None = None
     storage: str
     study: str | None = None
@@ -61,13 +81,18 @@ class RunOptions(BaseModel):
     heartbeat_interval_s: int = Field(default=DEFAULT_HEARTBEAT_S, ge=1)
 
 
-def prepare_study(options: RunOptions) -> StudySpec:
-    """Validate and load everything a study needs; raises InputError subclasses."""
+def prepare_study(options: RunOptions, *, say: Callable[[str], None] | None = None) -> StudySpec:
+    """Validate and load everything a study needs, pre-flight included (its findings go
+    to ``say``); raises InputError subclasses before any study exists."""
     goal = Goal(
         objectives=parse_objectives(options.objective),
         slos=parse_slos(options.slos),
         max_error_rate=options.max_error_rate,
     )
+    if options.engine == "sim" and options.hardware is None:
+        raise InputError("--hardware is required with --engine sim (e.g. rtx4080s-32g)")
+    if options.engine not in ("sim", "vllm"):
+        raise InputError(f"--engine: unknown engine {options.engine!r} (known: sim, vllm)")
     if options.sampler not in SAMPLERS:
         raise InputError(
             f"--sampler: unknown sampler {options.sampler!r} (known: gp, tpe, random, grid)"
@@ -77,15 +102,27 @@ def prepare_study(options: RunOptions) -> StudySpec:
     space_path = options.space or default_space_path(options.model)
     space = load_space(space_path)
     token_note = None
+    tokenizer_found = False
     if options.engine == "sim":
         plan = load_plan(options.workload)  # the simulator's own token space
     else:
         served = plan_for_model(options.workload, model=options.model, tokenizer=options.tokenizer)
-        plan, token_note = served.plan, served.note
+        plan, token_note, tokenizer_found = served.plan, served.note, served.tokenizer is not None
+    say = say or (lambda _: None)
+    try:
+        checked = _preflight(options, plan, space, _target(options), exact=tokenizer_found)
+    except PreflightFailed as exc:
+        for line in exc.lines:
+            say(line)
+        raise
+    for line in checked.lines:
+        say(line)
+    if checked.max_model_len is not None:
+        space = space.model_copy(
+            update={"fixed": space.fixed | {MAX_MODEL_LEN_FLAG: checked.max_model_len}}
+        )
     longest = max((request.prompt_tokens for request in plan.requests), default=0)
     if options.engine == "sim":
-        if options.hardware is None:
-            raise InputError("--hardware is required with --engine sim (e.g. rtx4080s-32g)")
         engine = make_engine(
             "sim",
             hardware=options.hardware,
@@ -100,7 +137,7 @@ def prepare_study(options: RunOptions) -> StudySpec:
             max_prompt_tokens=longest,
         )
         gpu = options.hardware
-    elif options.engine == "vllm":
+    else:
         engine = make_engine("vllm", executable=options.vllm_executable)
         prescreen = try_prescreen(
             hardware=options.hardware,
@@ -109,8 +146,6 @@ def prepare_study(options: RunOptions) -> StudySpec:
             max_prompt_tokens=longest,
         )
         gpu = options.hardware or engine.hardware().gpu_name.replace(" ", "-").lower()
-    else:
-        raise InputError(f"--engine: unknown engine {options.engine!r} (known: sim, vllm)")
     name = options.study or default_study_name(
         options.model, gpu, plan.name, [o.value for o in goal.objectives]
     )
@@ -138,4 +173,59 @@ def prepare_study(options: RunOptions) -> StudySpec:
         artifacts_dir=artifacts,
         runs_dir=artifacts.parent / "runs",
         heartbeat_interval_s=options.heartbeat_interval_s,
+    )
+
+
+def _target(options: RunOptions) -> Target:
+    """The model and hardware the workload will meet; unknown names are bad input."""
+    if options.engine == "sim":
+        sim_model = get_model(options.model)  # InputError listing the catalog's models
+        if options.hardware is not None:
+            get_gpu(options.hardware)
+        return Target(
+            engine="sim",
+            model=options.model,
+            sim_model=sim_model,
+            hardware=options.hardware,
+            native_context=sim_model.native_max_model_len,
+        )
+    check_model_path(options.model)
+    sim_model = get_model(options.sim_model) if options.sim_model else None
+    if options.hardware is not None:
+        get_gpu(options.hardware)
+    return Target(
+        engine=options.engine,
+        model=options.model,
+        sim_model=sim_model,
+        hardware=options.hardware,
+        served_endpoints=local_model_endpoints(options.model),
+        native_context=native_context_of(options.model, sim_model),
+    )
+
+
+def _preflight(
+    options: RunOptions, plan: WorkloadPlan, space: SearchSpace, target: Target, *, exact: bool
+) -> Preflight:
+    """The pre-flight in the engine's own prompt count: the simulator's renderer, or for
+    a real engine the served model's tokenizer plus its chat template (estimated), or the
+    word approximation's range of real-token costs when no tokenizer is here."""
+    fixed = options.max_model_len or space.fixed.get(MAX_MODEL_LEN_FLAG)
+    if options.engine == "sim":
+        renderer = PromptRenderer()
+
+        def count(request: PlannedRequest) -> int:
+            return len(renderer.render_array(request.system, request.messages, request.endpoint))
+
+        counter, estimate = count, None
+    else:
+        counter = served_prompt_tokens
+        estimate = None if exact else WORD_APPROXIMATION_TOKENS
+    return preflight(
+        plan,
+        space,
+        target,
+        count_prompt_tokens=counter,
+        tokens_per_counted=estimate,
+        fixed_max_model_len=int(fixed) if fixed is not None else None,
+        max_error_rate=options.max_error_rate,
     )

@@ -134,6 +134,10 @@ def run(
         str | None,
         typer.Option(help="Served model's tokenizer (dir, tokenizer.json, cached name)."),
     ] = None,
+    max_model_len: Annotated[
+        int | None,
+        typer.Option("--max-model-len", help="Fix it (default: sized from the workload)."),
+    ] = None,
     prescreen: Annotated[
         bool,
         typer.Option("--prescreen/--no-prescreen", help="Skip configs the memory model rejects."),
@@ -166,11 +170,12 @@ def run(
         noise=noise,
         vllm_executable=vllm_executable,
         tokenizer=tokenizer,
+        max_model_len=max_model_len,
         prescreen=prescreen,
         heartbeat_interval_s=heartbeat_interval,
     )
-    spec = prepare_study(options)
     out = console()
+    spec = prepare_study(options, say=lambda line: out.print(line, highlight=False))
     done = completed_trials(spec)
     if done is not None:
         out.print(f"Resuming study [bold]{spec.name}[/bold]: {done} trials complete.")

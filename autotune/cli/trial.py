@@ -83,7 +83,7 @@ def try_config(
         tokenizer=tokenizer,
         prescreen=False,
     )
-    spec = prepare_study(options)
+    spec = prepare_study(options, say=None if as_json else _say)
     if spec.token_note:
         error_console().print(f"[yellow]note:[/yellow] {spec.token_note}", highlight=False)
     params = spec.space.baseline_params() | parse_assignments(set_ or [], spec.space)
@@ -101,6 +101,10 @@ def try_config(
         print(json.dumps(_summary(result, scored, params)))
         return
     _print(result, scored, params)
+
+
+def _say(line: str) -> None:
+    console().print(line, highlight=False)
 
 
 def parse_assignments(texts: list[str], space: SearchSpace) -> dict[str, Any]:

@@ -72,6 +72,15 @@ class MemoryReport(BaseModel):
     state_bytes_per_request: int = 0
 
     @property
+    def longest_context_tokens(self) -> int:
+        """The longest context one request can hold in this pool (vLLM keeps a null block)."""
+        if not self.bytes_per_block or not self.num_attention_groups:
+            return 0
+        num_blocks = self.kv_cache_bytes // self.bytes_per_block
+        attention_blocks = num_blocks - 1 - self.state_blocks_per_request
+        return max(attention_blocks // self.num_attention_groups, 0) * self.block_size
+
+    @property
     def suggested_kv_cache_bytes(self) -> int:
         """vLLM's "--kv-cache-memory=M ... to fully utilize gpu memory"."""
         static = self.weights_bytes + self.non_torch_bytes + self.lmcache_bytes
