@@ -26,6 +26,7 @@ from autotune.space import SearchSpace
 from autotune.workload.plan import Endpoint, PlannedRequest, WorkloadPlan
 
 MAX_MODEL_LEN_FLAG = "max-model-len"
+KV_SIZING_FLAGS = frozenset({"gpu-memory-utilization"})  # sizes the pool without "kv" in it
 # Tokens the replay may add to a recorded prompt (a session salt on recycled sessions).
 REPLAY_SLACK_TOKENS = 16
 ALL_ENDPOINTS: frozenset[Endpoint] = frozenset(
@@ -212,7 +213,7 @@ def _kv_parameters(space: SearchSpace) -> list[str]:
     return [
         name
         for name, param in space.parameters.items()
-        if "kv" in name or (param.flag is not None and "kv" in param.flag)
+        if "kv" in name or (param.flag or "") in KV_SIZING_FLAGS or "kv" in (param.flag or "")
     ]
 
 
