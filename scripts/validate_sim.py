@@ -32,7 +32,7 @@ from autotune.sim.scheduler import MAX_RUN_STEPS, SimEngineCore, SimRequest
 from autotune.sim.step_results import DecodeRun, StepResult
 from autotune.sim.sweep import baseline_config, closed_loop_sweep
 from autotune.sim.units import GIB
-from autotune.sim.virtual_replay import VirtualReplay, start_load
+from autotune.sim.virtual_replay import VirtualReplay
 from autotune.workload.expand import expand
 from autotune.workload.gen import ClaudeCodeParams, claudecode
 from autotune.workload.plan import PlannedRequest, WorkloadPlan
@@ -242,7 +242,6 @@ def log_intervals_tok_s(samples: np.ndarray, end_s: float) -> np.ndarray:
 def agent_run(config: SimConfig, plan: WorkloadPlan, sessions: int) -> AgentRun:
     engine = LoggedEngine(config)
     replay = VirtualReplay(engine, plan, agent_load(sessions), PromptRenderer())
-    start_load(replay)
     if replay.run() is not None:
         raise RuntimeError(f"{config} died under load")
     stats = compute_stats(

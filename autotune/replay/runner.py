@@ -1,4 +1,4 @@
-"""The three load modes, the budget and windows, and the server's metrics around a run.
+"""One replay over HTTP: the driver, the server's metrics around it, and the result.
 
 ``replay`` drives one server with one WorkloadPlan under one LoadSpec and
 returns every RequestRecord, their ReplayStats and the server's ServerStats.
@@ -8,10 +8,10 @@ waits ``t / load.timing_scale / server_time_scale`` wall seconds, and the
 client multiplies what it measures by ``server_time_scale``, so records and
 stats are in modelled seconds whatever the simulator's speed-up.
 
-Windows: the first ``load.warmup_requests`` completions are marked out of
-window; the measurement window runs from the last of them (or the start) to
-the last completion. Budget: no request is sent after ``load.duration_s``
-(modelled) or after ``load.max_requests`` sends; requests in flight finish.
+What is sent when, the budget (no request sent after ``load.duration_s``
+modelled or after ``load.max_requests`` sends; requests in flight finish), the
+warm-up and measurement windows and the saturation verdict are the load
+policy's (``load_policy.py``), shared with the simulator's virtual replay.
 
 Early stop: when the waiting queue grows without bound (the server's
 ``vllm:num_requests_waiting`` rising over successive scrapes, or in trace
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 
 import httpx
 from pydantic import BaseModel
@@ -32,9 +31,8 @@ from pydantic import BaseModel
 from autotune.errors import ReplayError
 from autotune.http_transport import AiohttpTransport
 from autotune.metrics import gauge_lines, parse_metrics, scrape, server_stats_between
-from autotune.replay._modes import run_mode
-from autotune.replay._run import Run
 from autotune.replay.client import fetch_model_name
+from autotune.replay.http_driver import HttpDriver
 from autotune.replay.load import LoadSpec, ReplayObserver, RequestSlo
 from autotune.replay.records import ReplayStats, RequestRecord
 from autotune.replay.stats import compute_stats
@@ -42,8 +40,6 @@ from autotune.replay.token_check import check_prompt_tokens, measure_plan_overhe
 from autotune.vocabulary import ServerStats
 from autotune.workload.plan import WorkloadPlan
 
-SATURATION_SCRAPES = 4  # successive rises of the waiting queue that mean "without bound"
-SATURATION_MIN_QUEUE = 8  # a queue this short is never called saturated
 MIN_SCRAPE_INTERVAL_S = 0.25  # wall: a time-scaled server is still scraped at most this often
 SATURATION_CHECK_S = 1.0  # wall: client-backlog checks when /metrics is not scraped
 
@@ -63,16 +59,8 @@ class ReplayResult(BaseModel):
     server_stats: ServerStats | None
 
 
-def rising_without_bound(history: list[int]) -> bool:
-    """True when the last SATURATION_SCRAPES steps all rose and the queue is long."""
-    recent = history[-(SATURATION_SCRAPES + 1) :]
-    if len(recent) <= SATURATION_SCRAPES or recent[-1] < SATURATION_MIN_QUEUE:
-        return False
-    return all(later > earlier for earlier, later in itertools.pairwise(recent))
-
-
 async def _monitor(
-    run: Run,
+    driver: HttpDriver,
     client: httpx.AsyncClient,
     *,
     url: str,
@@ -81,10 +69,9 @@ async def _monitor(
     samples: list[str],
 ) -> None:
     """Scrape /metrics every ``interval_s`` (wall); stop the run on saturation."""
-    waiting: list[int] = []
-    backlog: list[int] = []
     while True:
         await asyncio.sleep(interval_s)
+        waiting: int | None = None
         if scraping:
             try:
                 kept = gauge_lines(await scrape(client, url))
@@ -93,17 +80,10 @@ async def _monitor(
                 continue  # a missed or garbled scrape only loses a peak sample
             samples.append(kept)
             if queued is not None:
-                waiting.append(round(sum(sample.value for sample in queued)))
-        if run.load.mode == "trace":
-            backlog.append(run.in_flight)
-        if not run.load.saturation_stop:
-            continue
-        if rising_without_bound(waiting):
-            run.stop(
-                f"saturated: server waiting queue rose to {waiting[-1]} over successive scrapes"
-            )
-        elif rising_without_bound(backlog):
-            run.stop(f"saturated: {backlog[-1]} requests unanswered and rising (open loop)")
+                waiting = round(sum(sample.value for sample in queued))
+        reason = driver.policy.saturation(waiting, driver.in_flight)
+        if reason is not None:
+            driver.stop(reason)
 
 
 async def replay(
@@ -141,7 +121,7 @@ async def replay(
         if scrape_interval_s is not None:
             with contextlib.suppress(ReplayError):
                 before = await scrape(client, url)
-        run = Run(
+        driver = HttpDriver(
             client=client,
             plan=plan,
             load=load,
@@ -153,7 +133,7 @@ async def replay(
         samples: list[str] = []
         monitor = asyncio.create_task(
             _monitor(
-                run,
+                driver,
                 client,
                 url=url,
                 interval_s=_wall_interval_s(scrape_interval_s, server_time_scale),
@@ -162,7 +142,7 @@ async def replay(
             )
         )
         try:
-            await run_mode(run)
+            await driver.run()
         finally:
             monitor.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -172,13 +152,13 @@ async def replay(
             with contextlib.suppress(ReplayError):
                 after = await scrape(client, url)
                 server_stats = server_stats_between(before, after, samples)
-    records = sorted(run.records, key=lambda record: record.send_s)
+    records = sorted(driver.records, key=lambda record: record.send_s)
     stats = compute_stats(
         records,
-        duration_s=run.window_duration_s(),
+        duration_s=driver.policy.window_duration_s(),
         slo=slo,
-        itl=run.itl,
-        stopped_early=run.stop_reason,
+        itl=driver.itl,
+        stopped_early=driver.policy.stop_reason,
     )
     check = check_prompt_tokens(plan, records, overheads)
     stats = stats.model_copy(update={"prompt_tokens_check": check})

@@ -27,7 +27,7 @@ from autotune.sim.scheduler import (
     SimEngineCore,
 )
 from autotune.sim.units import GIB
-from autotune.sim.virtual_replay import VirtualReplay, start_load
+from autotune.sim.virtual_replay import VirtualReplay
 from autotune.vocabulary import Failure, FailureClass, ServerStats, StartupReport
 from autotune.workload.plan import WorkloadPlan
 
@@ -149,7 +149,6 @@ def predict(
     if renderer is None:
         renderer = _plan_renderer((plan.name, plan.digest, plan.token_space, len(plan.requests)))
     replay = VirtualReplay(engine, plan, load, renderer)
-    start_load(replay)
     oom = replay.run()
     if oom is not None:
         return Prediction(

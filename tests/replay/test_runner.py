@@ -9,8 +9,9 @@ import time
 import pytest
 
 from autotune.replay.load import LoadSpec
+from autotune.replay.load_policy import rising_without_bound
 from autotune.replay.records import RequestRecord
-from autotune.replay.runner import ReplayResult, replay, rising_without_bound
+from autotune.replay.runner import ReplayResult, replay
 from autotune.replay.sweep import working_set_tokens
 from autotune.workload.plan import Message, PlannedRequest, WorkloadPlan
 from tests.replay.conftest import StubFactory, free_port, make_plan
