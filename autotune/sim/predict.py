@@ -1,10 +1,9 @@
 """In-process prediction: a whole replay against the scheduler core, in virtual time.
 
-``predict`` dispatches a WorkloadPlan exactly as the replayer's three load
-modes do (autotune/replay/_modes.py: closed-loop concurrency, sessions with
-``after`` dependencies and gaps, open-loop trace), with the same budget,
-warm-up window, recycling salts and saturation stop, but without HTTP or wall
-time: a trial predicts in well under a second. Prompts are tokenized as the
+``predict`` dispatches a WorkloadPlan by the replayer's own load policy
+(autotune/replay/load_policy.py: what is sent when, budget, warm-up window,
+recycling salts, saturation stop) through the virtual-time driver, without
+HTTP or wall time: a trial predicts in well under a second. Prompts are tokenized as the
 simulated server tokenizes them (autotune.sim.prompt), and stats come from
 ``compute_stats``, so both faces of the simulator report alike.
 """

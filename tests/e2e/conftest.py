@@ -9,12 +9,14 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+
+from tests.replay.conftest import free_port, wait_ready
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE_WORKLOAD = REPO / "workloads" / "sample-claudecode.jsonl"
@@ -63,6 +65,41 @@ def long_sim_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=5)
         log.close()
+
+SimFactory = Callable[[float], str]
+SIM_ARGS = (
+    "qwen3.6-27b-awq", "--hardware", "rtx4080s-32g", "--kv-cache-memory-bytes", "9G",
+    "--language-model-only", "--enable-prefix-caching", "--startup-s", "0",
+)  # fmt: skip
+
+
+def start_sims(log_dir: Path) -> Iterator[SimFactory]:
+    """Start simulators serving SIM_ARGS (``start(time_scale)`` -> url); stop them after."""
+    processes: list[subprocess.Popen[bytes]] = []
+
+    def start(time_scale: float) -> str:
+        port = free_port()
+        argv = [sys.executable, "-m", "autotune.sim", "serve", *SIM_ARGS]
+        argv += ["--port", str(port), "--time-scale", str(time_scale)]
+        log = (log_dir / f"sim-{port}.log").open("wb")
+        process = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        processes.append(process)
+        url = f"http://127.0.0.1:{port}"
+        wait_ready(url, process, timeout_s=60)
+        return url
+
+    yield start
+    for process in processes:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+    for process in processes:
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
 
 
 def autotune_argv(*args: str) -> list[str]:

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,55 +18,21 @@ from autotune.workload.expand import expand
 from autotune.workload.gen import ClaudeCodeParams, claudecode, fixed
 from autotune.workload.io import write_workload
 from autotune.workload.plan import WorkloadPlan
-from tests.replay.conftest import free_port, wait_ready
+from tests.e2e.conftest import SimFactory, start_sims
 
 pytestmark = [pytest.mark.timeout(120)]
-
-SimFactory = Callable[[float], str]
-SIM_ARGS = (
-    "qwen3.6-27b-awq", "--hardware", "rtx4080s-32g", "--kv-cache-memory-bytes", "9G",
-    "--language-model-only", "--enable-prefix-caching", "--startup-s", "0",
-)  # fmt: skip
-
-
-def _start_sims(log_dir: Path) -> Iterator[SimFactory]:
-    processes: list[subprocess.Popen[bytes]] = []
-
-    def start(time_scale: float) -> str:
-        port = free_port()
-        argv = [sys.executable, "-m", "autotune.sim", "serve", *SIM_ARGS]
-        argv += ["--port", str(port), "--time-scale", str(time_scale)]
-        log = (log_dir / f"sim-{port}.log").open("wb")
-        process = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        processes.append(process)
-        url = f"http://127.0.0.1:{port}"
-        wait_ready(url, process, timeout_s=60)
-        return url
-
-    yield start
-    for process in processes:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-    for process in processes:
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
 
 
 @pytest.fixture(scope="module")
 def fast_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """One simulator at 50x for the module."""
-    for start in _start_sims(tmp_path_factory.mktemp("sim")):
+    for start in start_sims(tmp_path_factory.mktemp("sim")):
         yield start(50.0)
 
 
 @pytest.fixture
 def sims(tmp_path: Path) -> Iterator[SimFactory]:
-    yield from _start_sims(tmp_path)
+    yield from start_sims(tmp_path)
 
 
 def _agent_plan() -> WorkloadPlan:

@@ -1,5 +1,6 @@
-"""The three load modes, budgets, windows, time scaling and early stops, against a real
-(stub) server process."""
+"""The HTTP driver against a real (stub) server process: the wall clock, time scaling,
+the duration deadline and early stops. What each load mode decides is tested once, against
+the policy (test_load_policy.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,10 @@ import time
 import pytest
 
 from autotune.replay.load import LoadSpec
-from autotune.replay.load_policy import rising_without_bound
 from autotune.replay.records import RequestRecord
 from autotune.replay.runner import ReplayResult, replay
 from autotune.replay.sweep import working_set_tokens
-from autotune.workload.plan import Message, PlannedRequest, WorkloadPlan
+from autotune.workload.plan import WorkloadPlan
 from tests.replay.conftest import StubFactory, free_port, make_plan
 
 pytestmark = pytest.mark.timeout(60)
@@ -52,39 +52,6 @@ def test_sessions_mode_sends_each_turn_after_the_previous_plus_its_gap(stub_url:
     assert result.stats.max_concurrent_requests >= 2  # sessions overlap
 
 
-def test_sessions_mode_runs_n_sessions_at_once(stub_url: str) -> None:
-    plan = make_plan(sessions=2, turns=2)
-    records = _by_id(_replay(stub_url, plan, LoadSpec(mode="sessions", concurrency=1)))
-    last_of_first = records["s0-t1"]
-    assert last_of_first.e2e_s is not None
-    assert records["s1-t0"].send_s >= last_of_first.send_s + last_of_first.e2e_s - 0.005
-
-
-def test_subagent_runs_beside_its_parent(stub_url: str) -> None:
-    def request(rid: str, thread: str, after: tuple[str, ...]) -> PlannedRequest:
-        return PlannedRequest(
-            id=rid, session="s", thread=thread, after=after, gap_s=0.0, arrival_s=0.0,
-            endpoint="openai.chat", system=None, messages=(Message("user", rid),),
-            prompt_tokens=1, output_tokens=20,
-        )  # fmt: skip
-
-    plan = WorkloadPlan(
-        name="subagents",
-        requests=(
-            request("main-0", "main", ()),
-            request("sa-0", "sa:explore", ("main-0",)),
-            request("main-1", "main", ("main-0",)),
-            request("main-2", "main", ("main-1", "sa-0")),
-        ),
-        token_space="words",
-        digest="x",
-    )
-    records = _by_id(_replay(stub_url, plan, LoadSpec(mode="sessions", concurrency=1)))
-    assert abs(records["sa-0"].send_s - records["main-1"].send_s) < 0.05
-    ends = [records[rid].send_s + (records[rid].e2e_s or 0.0) for rid in ("main-1", "sa-0")]
-    assert records["main-2"].send_s >= max(ends) - 0.005
-
-
 def test_trace_mode_sends_at_scaled_arrivals(stub_url: str) -> None:
     plan = make_plan(sessions=6, arrival_step_s=0.2)
     result = _replay(stub_url, plan, LoadSpec(mode="trace", timing_scale=2.0))
@@ -101,15 +68,6 @@ def test_server_time_scale_turns_wall_time_into_modelled_time(stub_url: str) -> 
     assert first.ttft_s is not None and first.ttft_s >= 0.19  # 20 ms wall x 10
     assert first.e2e_s is not None
     assert second.send_s >= first.send_s + first.e2e_s + 1.0 - 0.05  # a modelled second
-
-
-def test_warmup_and_request_budget(stub_url: str) -> None:
-    plan = make_plan(sessions=10)
-    load = LoadSpec(mode="concurrency", concurrency=2, max_requests=6, warmup_requests=2)
-    result = _replay(stub_url, plan, load)
-    assert len(result.records) == 6
-    assert sum(not record.in_window for record in result.records) == 2
-    assert result.stats.completed == 4
 
 
 def test_duration_with_recycled_sessions_fills_the_time(stub_url: str) -> None:
@@ -138,13 +96,6 @@ def test_unreachable_server_stops_early() -> None:
                      model_name="m", scrape_interval_s=None)  # fmt: skip
     assert result.stats.stopped_early is not None and "unreachable" in result.stats.stopped_early
     assert len(result.records) == 20 and result.server_stats is None
-
-
-def test_rising_without_bound() -> None:
-    assert rising_without_bound([0, 3, 9, 14, 20])
-    assert not rising_without_bound([0, 3, 9, 14, 14])
-    assert not rising_without_bound([0, 1, 2, 3, 4])  # rising but short
-    assert not rising_without_bound([10, 12, 14])  # too few scrapes
 
 
 def test_working_set_is_the_largest_sessions_side_by_side() -> None:

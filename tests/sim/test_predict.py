@@ -1,4 +1,7 @@
-"""In-process prediction: the replayer's load modes, budgets and failures, in virtual time."""
+"""In-process prediction: the virtual driver of the load policy, budgets and failures.
+
+What each load mode decides is tested once, against the policy (tests/replay/test_load_policy.py).
+"""
 
 from __future__ import annotations
 
@@ -72,36 +75,6 @@ def test_prefix_caching_hits_on_later_agent_turns(agent_plan: WorkloadPlan) -> N
     off = predict(LLAMA.model_copy(update={"enable_prefix_caching": False}), agent_plan, load)
     assert off.stats.ttft.mean is not None and prediction.stats.ttft.mean is not None
     assert off.stats.ttft.mean > prediction.stats.ttft.mean
-
-
-def test_trace_mode_sends_at_scaled_arrivals() -> None:
-    plan = expand(chat(ChatParams(requests=20, rate_rps=1.0, prompt_tokens_median=100)))
-    load = LoadSpec(mode="trace", timing_scale=2.0, max_gap_s=None)
-    prediction = predict(LLAMA, plan, load)
-    sent = sorted(record.send_s for record in prediction.records)
-    arrivals = sorted(request.arrival_s for request in plan.requests)
-    assert sent == pytest.approx([(t - arrivals[0]) / 2.0 for t in arrivals])
-
-
-def test_budgets_and_warmup() -> None:
-    plan = expand(fixed(requests=40, prompt_tokens=100, output_tokens=100))
-    capped = predict(LLAMA, plan, LoadSpec(mode="concurrency", concurrency=4, max_requests=10))
-    assert len(capped.records) == 10
-    timed = predict(LLAMA, plan, LoadSpec(mode="concurrency", concurrency=2, duration_s=2.0))
-    assert timed.records and max(record.send_s for record in timed.records) < 2.0
-    assert len(timed.records) < 40
-    warm = predict(LLAMA, plan, LoadSpec(mode="concurrency", concurrency=4, warmup_requests=4))
-    assert sum(not record.in_window for record in warm.records) == 4
-    assert warm.stats.completed == 36
-
-
-def test_recycled_sessions_get_fresh_salts(agent_plan: WorkloadPlan) -> None:
-    load = LoadSpec(
-        mode="sessions", concurrency=4, max_gap_s=1.0, recycle_sessions=True, max_requests=80
-    )
-    prediction = predict(LLAMA, agent_plan, load)
-    assert len(prediction.records) == 80
-    assert any(record.id.endswith("#1") for record in prediction.records)
 
 
 def test_goodput_counts_requests_meeting_the_slo() -> None:
