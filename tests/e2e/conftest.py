@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,12 +26,6 @@ SIM_MODEL = "qwen3.6-27b-awq"
 def claude_code_request() -> dict[str, Any]:
     """A real Claude Code /v1/messages body (24 tools, the billing header, a 6 KB system)."""
     return json.loads((CLAUDE_CODE_FIXTURES / "messages_1.json").read_text())
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
