@@ -59,6 +59,7 @@ def long_sim_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             process.wait(timeout=5)
         log.close()
 
+
 SimFactory = Callable[[float], str]
 SIM_ARGS = (
     "qwen3.6-27b-awq", "--hardware", "rtx4080s-32g", "--kv-cache-memory-bytes", "9G",
