@@ -120,6 +120,8 @@ def _print_level(level: LevelResult) -> None:
             parts[0] += f" (client counted {stats.total_output_tokens} in its window)"
         if server.prefix_cache_hit_rate is not None:
             parts.append(f"prefix cache hit rate {server.prefix_cache_hit_rate:.1%}")
+        if stats.first_prefill_hit_rate is not None:
+            parts.append(f"cached at first prefill {stats.first_prefill_hit_rate:.1%}")
         if server.external_prefix_cache_hit_rate is not None:
             parts.append(f"external hit rate {server.external_prefix_cache_hit_rate:.1%}")
         if server.preemptions:

@@ -111,6 +111,18 @@ class ReplayStats(BaseModel):
     errors_by_class: dict[str, int] = Field(default_factory=dict)
     stopped_early: str | None = None  # why the run stopped before its budget, if it did
     prompt_tokens_check: TokenCheck | None = None  # first requests: planned vs served prompts
+    # Prompt tokens the server took from its prefix cache (GPU or connector) at each
+    # request's first prefill, summed from per-request usage (None: the server did not
+    # say). Unlike the server's prefix-cache counters, a re-prefill after preemption adds
+    # nothing here, so this never exceeds what an infinite cache could reach.
+    cached_input_tokens: int | None = None
+
+    @property
+    def first_prefill_hit_rate(self) -> float | None:
+        """``cached_input_tokens`` over the completed requests' prompt tokens."""
+        if self.cached_input_tokens is None or not self.total_input_tokens:
+            return None
+        return self.cached_input_tokens / self.total_input_tokens
 
     @property
     def error_rate(self) -> float:

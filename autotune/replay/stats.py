@@ -158,6 +158,7 @@ def compute_stats(
     duration = duration_s if duration_s is not None else _window_duration_s(window)
     per_s = 1.0 / duration if duration > 0 else 0.0
     input_tokens = sum(record.prompt_tokens or 0 for record in done)
+    cached = [record.cached_tokens for record in done if record.cached_tokens is not None]
     output_tokens = sum(record.output_tokens for record in done)
     if itl is not None:
         itl_stats = itl.percentiles()
@@ -184,6 +185,7 @@ def compute_stats(
         max_concurrent_requests=max_concurrency(window),
         errors_by_class=dict(Counter(r.error.value for r in window if r.error is not None)),
         stopped_early=stopped_early,
+        cached_input_tokens=sum(cached) if cached else None,
     )
 
 

@@ -53,7 +53,26 @@ def working_set_tokens(plan: WorkloadPlan, load: LoadSpec) -> int | None:
     return sum(sorted(longest.values(), reverse=True)[: load.concurrency])
 
 
-def _note(plan: WorkloadPlan, load: LoadSpec, result: ReplayResult) -> str | None:
+class _IdealHits:
+    """The plan's ideal (infinite-cache) prefix-hit ratio per block size, computed once."""
+
+    def __init__(self, plan: WorkloadPlan) -> None:
+        self.plan = plan
+        self._ratios: dict[int, float] = {}
+
+    def ratio(self, block_size: int | None) -> float:
+        size = block_size or 16
+        if size not in self._ratios:
+            self._ratios[size] = workload_stats(self.plan, block_size=size).prefix_hit_ratio
+        return self._ratios[size]
+
+
+def _note(load: LoadSpec, result: ReplayResult, ideal: _IdealHits) -> str | None:
+    notes = [_miss_note(load, result, ideal), _preemption_note(result, ideal)]
+    return " ".join(note for note in notes if note) or None
+
+
+def _miss_note(load: LoadSpec, result: ReplayResult, ideal: _IdealHits) -> str | None:
     stats = result.server_stats
     if stats is None:
         return None
@@ -62,14 +81,31 @@ def _note(plan: WorkloadPlan, load: LoadSpec, result: ReplayResult) -> str | Non
         return None
     if rate is not None and rate >= NEAR_ZERO_HIT_RATE:
         return None
-    plan_stats = workload_stats(plan, block_size=stats.block_size or 16)
     return explain_prefix_cache(
         stats,
-        plan_hit_ratio=plan_stats.prefix_hit_ratio,
+        plan_hit_ratio=ideal.ratio(stats.block_size),
         prefix_caching_enabled=stats.prefix_caching_enabled,
         kv_cache_tokens=stats.kv_cache_tokens,
-        working_set_tokens=working_set_tokens(plan, load),
+        working_set_tokens=working_set_tokens(ideal.plan, load),
     )
+
+
+def _preemption_note(result: ReplayResult, ideal: _IdealHits) -> str | None:
+    """The server's prefix-cache counters count a preempted request's re-prefill as hits."""
+    stats = result.server_stats
+    if stats is None or not stats.preemptions or stats.prefix_cache_hit_rate is None:
+        return None
+    rate, best = stats.prefix_cache_hit_rate, ideal.ratio(stats.block_size)
+    verb = "exceeds" if rate > best else "can exceed"
+    note = (
+        f"the server's prefix cache hit rate ({rate:.1%}) counts the re-prefill of "
+        f"{stats.preemptions} preempted requests as hits, so it {verb} the {best:.1%} an "
+        "infinite cache reaches on this workload"
+    )
+    first = result.stats.first_prefill_hit_rate
+    if first is not None:
+        note += f"; at first prefill, {first:.1%} of prompt tokens came from the cache"
+    return note + "."
 
 
 def run_sweep(
@@ -85,6 +121,8 @@ def run_sweep(
 ) -> list[LevelResult]:
     """Replay ``plan`` under each load in turn (one ``asyncio.run``)."""
 
+    ideal = _IdealHits(plan)
+
     async def run_all() -> list[LevelResult]:
         levels = []
         for load in loads:
@@ -99,7 +137,7 @@ def run_sweep(
                 observer=observer,
             )
             levels.append(
-                LevelResult(load=load, result=result, prefix_cache_note=_note(plan, load, result))
+                LevelResult(load=load, result=result, prefix_cache_note=_note(load, result, ideal))
             )
         return levels
 

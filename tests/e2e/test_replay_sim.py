@@ -113,3 +113,48 @@ def test_replay_command_rejects_a_bad_sweep(tmp_path: Path) -> None:
             "-w", str(path), "--sweep", "4,x"]  # fmt: skip
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 2 and "--sweep" in done.stderr
+
+
+def test_replay_separates_first_prefill_hits_from_re_prefill_after_preemption(
+    tmp_path: Path,
+) -> None:
+    """A 1 GiB pool under 32 clients preempts; the server's hit counter then also counts
+    the preempted requests' re-prefill, which the per-request usage figure does not."""
+    autotune = [sys.executable, "-m", "autotune"]
+    path = tmp_path / "chat.jsonl"
+    gen = [*autotune, "workload", "gen", "chat", "--requests", "120", "--prompt-tokens",
+           "600", "--output-tokens", "600", "--system-tokens", "1500", str(path)]  # fmt: skip
+    subprocess.run(gen, capture_output=True, timeout=60, check=True)
+    port = free_port()
+    argv = [sys.executable, "-m", "autotune.sim", "serve", "llama-3.1-8b", "--hardware",
+            "h100-80g", "--kv-cache-memory-bytes", "1G", "--max-model-len", "4096",
+            "--enable-prefix-caching", "--port", str(port), "--time-scale", "100",
+            "--startup-s", "0"]  # fmt: skip
+    with (tmp_path / "sim.log").open("wb") as log:
+        process = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_ready(url, process, timeout_s=60)
+        replay_argv = [*autotune, "replay", "--url", url, "-w", str(path), "--mode", "concurrency",
+                       "--concurrency", "32", "--server-time-scale", "100", "--json"]  # fmt: skip
+        done = subprocess.run(replay_argv, capture_output=True, text=True, timeout=90)
+        wide = {**os.environ, "COLUMNS": "300"}
+        text = subprocess.run(
+            replay_argv[:-1], capture_output=True, text=True, timeout=90, env=wide
+        )
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=10)
+    assert done.returncode == 0, done.stderr
+    (level,) = json.loads(done.stdout)
+    stats, server = level["result"]["stats"], level["result"]["server_stats"]
+    stats_argv = [*autotune, "workload", "stats", "--json", str(path)]
+    ideal = json.loads(subprocess.run(stats_argv, capture_output=True, timeout=60).stdout)
+    first_prefill = stats["cached_input_tokens"] / stats["total_input_tokens"]
+    assert server["preemptions"] > 0
+    assert first_prefill <= ideal["prefix_hit_ratio"] + 1e-9
+    assert server["prefix_cache_hit_rate"] > first_prefill
+    assert "re-prefill of" in level["prefix_cache_note"]
+    assert "cached at first prefill" in text.stdout and "re-prefill of" in text.stdout
