@@ -168,6 +168,41 @@ def config_yaml(config: TrialConfig) -> str:
     return yaml.safe_dump(document, sort_keys=False, default_flow_style=False)
 
 
+LMCACHE_MP_CONNECTOR = "LMCacheMPConnector"
+LMCACHE_MP_PORT = 5555  # LMCache's default; the connector's "lmcache.mp.port" overrides it
+
+
+def lmcache_server_argv(config: TrialConfig, row: TrialRow) -> list[str] | None:
+    """The LMCache server the config's LMCacheMPConnector talks to, or None when it has none.
+
+    Field notes: LMCache's ``--chunk-size`` is N, the attention block size vLLM
+    reports ("Setting attention block size to N tokens"), with
+    ``--separate-object-groups`` for the hybrid model's separate KV groups.
+    """
+    connector = config.flags.get("kv-transfer-config")
+    if not isinstance(connector, dict) or connector.get("kv_connector") != LMCACHE_MP_CONNECTOR:
+        return None
+    extra = connector.get("kv_connector_extra_config") or {}
+    port = extra.get("lmcache.mp.port", LMCACHE_MP_PORT)
+    argv = ["lmcache", "server", "--port", str(port)]
+    block = row.startup.attention_block_size if row.startup else None
+    if block:
+        argv += ["--chunk-size", str(block), "--separate-object-groups"]
+    return argv
+
+
+def _lmcache_lines(server: list[str] | None) -> list[str]:
+    if server is None:
+        return []
+    lines = [f"LMCache is on: start its server first: {shlex.join(server)}"]
+    if "--chunk-size" not in server:
+        lines.append(
+            "its --chunk-size is vLLM's attention block size N, which this trial's engine "
+            "did not report"
+        )
+    return lines
+
+
 def _commented(lines: list[str]) -> str:
     return "".join(f"# {line}\n" for line in lines)
 
@@ -179,13 +214,19 @@ def render(loaded: LoadedStudy, row: TrialRow, fmt: ExportFormat) -> str:
     """
     config = _config_of(loaded, row)
     header = export_header(loaded, row)
+    server = lmcache_server_argv(config, row)
     if fmt == "shell":
-        lines = header.lines()
+        lines = header.lines() + _lmcache_lines(server)[1:]
         if config.env:
             lines.append("environment: " + " ".join(f"{k}={v}" for k, v in config.env.items()))
-        return _commented(lines) + shell_command(config) + "\n"
+        first = f"{shlex.join(server)} &\n" if server else ""
+        return _commented(lines) + first + shell_command(config) + "\n"
     if fmt == "yaml":
-        lines = ["run with: vllm serve --config THIS_FILE.yaml", *header.lines()]
+        lines = [
+            "run with: vllm serve --config THIS_FILE.yaml",
+            *header.lines(),
+            *_lmcache_lines(server),
+        ]
         if config.env:
             lines.append(
                 "set before launching: " + " ".join(f"{k}={v}" for k, v in config.env.items())
@@ -196,6 +237,7 @@ def render(loaded: LoadedStudy, row: TrialRow, fmt: ExportFormat) -> str:
         "config": config.model_dump(mode="json"),
         "command": shell_command(config),
         "argv": ["vllm", "serve", *config.vllm_args()],
+        "lmcache_server_argv": server,
         "outcome": row.outcome,
         "values": list(row.values) if row.values else None,
         "replay": row.replay.model_dump(mode="json") if row.replay else None,

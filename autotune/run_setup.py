@@ -30,7 +30,7 @@ from autotune.preflight import (
 from autotune.prescreen import try_prescreen
 from autotune.replay.load import LoadSpec
 from autotune.sim.hardware import get_gpu
-from autotune.sim.models import get_model
+from autotune.sim.models import ModelSpec, get_model
 from autotune.sim.prompt import PromptRenderer
 from autotune.space import SearchSpace, default_space_path, load_space
 from autotune.study import SAMPLERS, StudySpec, default_study_name
@@ -99,7 +99,7 @@ def prepare_study(options: RunOptions, *, say: Callable[[str], None] | None = No
         )
     if not options.workload.exists():
         raise InputError(f"--workload {options.workload}: no such file")
-    space_path = options.space or default_space_path(options.model)
+    space_path = options.space or default_space_path(options.model, options.sim_model)
     space = load_space(space_path)
     token_note = None
     tokenizer_found = False
@@ -129,10 +129,11 @@ def prepare_study(options: RunOptions, *, say: Callable[[str], None] | None = No
             time_scale=options.time_scale,
             seed=options.seed or 0,
             noise=options.noise,
+            sim_model=options.sim_model,
         )
         prescreen = try_prescreen(
             hardware=options.hardware,
-            sim_model=options.model,
+            sim_model=options.sim_model or options.model,
             certain_above=0.0,
             max_prompt_tokens=longest,
         )
@@ -179,7 +180,7 @@ def prepare_study(options: RunOptions, *, say: Callable[[str], None] | None = No
 def _target(options: RunOptions) -> Target:
     """The model and hardware the workload will meet; unknown names are bad input."""
     if options.engine == "sim":
-        sim_model = get_model(options.model)  # InputError listing the catalog's models
+        sim_model = _sim_model(options)
         if options.hardware is not None:
             get_gpu(options.hardware)
         return Target(
@@ -201,6 +202,18 @@ def _target(options: RunOptions) -> Target:
         served_endpoints=local_model_endpoints(options.model),
         native_context=native_context_of(options.model, sim_model),
     )
+
+
+def _sim_model(options: RunOptions) -> ModelSpec:
+    """The catalog model the simulator runs: --sim-model, else --model itself."""
+    if options.sim_model is not None:
+        return get_model(options.sim_model)
+    try:
+        return get_model(options.model)
+    except InputError as exc:
+        raise InputError(
+            f"{exc}; to name the model you will serve (a path or id), add --sim-model NAME"
+        ) from None
 
 
 def _preflight(

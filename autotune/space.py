@@ -259,10 +259,14 @@ def load_space(path: Path) -> SearchSpace:
         raise SpaceError(f"{where}: {field}: {first['msg']}") from exc
 
 
-def default_space_path(model: str) -> Path:
-    """``search_spaces/<model>.yaml`` when it exists, else ``default.yaml``."""
-    candidate = SEARCH_SPACES_DIR / f"{Path(model).name.lower()}.yaml"
-    return candidate if candidate.exists() else SEARCH_SPACES_DIR / "default.yaml"
+def default_space_path(model: str, sim_model: str | None = None) -> Path:
+    """``search_spaces/<model>.yaml`` (or the simulated catalog model's) when it exists,
+    else ``default.yaml``."""
+    for name in (model, sim_model):
+        candidate = SEARCH_SPACES_DIR / f"{Path(name).name.lower()}.yaml" if name else None
+        if candidate is not None and candidate.exists():
+            return candidate
+    return SEARCH_SPACES_DIR / "default.yaml"
 
 
 def _line_of(path: Path, loc: tuple) -> int | None:

@@ -31,6 +31,7 @@ class SimEngine(BaseEngine):
         time_scale: float = DEFAULT_TIME_SCALE,
         seed: int = 0,
         noise: float = 0.0,
+        sim_model: str | None = None,
         extra_args: Sequence[str] = (),
     ) -> None:
         if time_scale <= 0:
@@ -42,6 +43,7 @@ class SimEngine(BaseEngine):
         self.time_scale = time_scale
         self.seed = seed
         self.noise = noise
+        self.sim_model = sim_model  # catalog model simulated when configs name a path or id
         self.extra_args = tuple(extra_args)
 
     def version(self) -> str:
@@ -56,10 +58,16 @@ class SimEngine(BaseEngine):
     def argv(self, config: TrialConfig, port: int) -> list[str]:
         """The exact command line for one trial on ``port``."""
         noise = ["--noise", f"{self.noise:g}"] if self.noise else []
+        served = config.vllm_args()
+        if self.sim_model and served[0] != self.sim_model:
+            # The catalog model is simulated; it answers under the name the user gave.
+            served = [self.sim_model, *served[1:]]
+            if "served-model-name" not in config.flags:
+                served += ["--served-model-name", config.model]
         return [
             sys.executable,
             *("-m", "autotune.sim", "serve"),
-            *config.vllm_args(),
+            *served,
             *("--hardware", self._hardware_name),
             *("--time-scale", f"{self.time_scale:g}"),
             *("--seed", str(self.seed)),
