@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,6 +21,7 @@ from autotune.workload.gen import ClaudeCodeParams, claudecode, fixed
 from autotune.workload.io import write_workload
 from autotune.workload.plan import WorkloadPlan
 from tests.e2e.conftest import SimFactory, start_sims
+from tests.replay.conftest import free_port, wait_ready
 
 pytestmark = [pytest.mark.timeout(120)]
 
