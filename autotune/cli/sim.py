@@ -257,7 +257,8 @@ def catalog_command() -> None:
 @app.command(
     "serve",
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,  # --help goes to the server's own parser: its real flags
 )
 def serve_command(ctx: typer.Context) -> None:
-    """Run the simulated vLLM server: `autotune sim serve MODEL [vllm serve flags...]`."""
+    """Run the simulated vLLM server: `autotune sim serve MODEL --hardware GPU` + vLLM flags."""
     sys.exit(server.main(list(ctx.args)))

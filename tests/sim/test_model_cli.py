@@ -89,6 +89,13 @@ def test_serve_passes_flags_to_the_server() -> None:
     assert result.exit_code == 2
 
 
+def test_serve_help_shows_the_servers_own_flags() -> None:
+    result = runner.invoke(app, ["sim", "serve", "--help"])
+    assert result.exit_code == 0, result.output
+    for flag in ("--hardware", "--max-num-seqs", "--kv-cache-memory-bytes", "--time-scale"):
+        assert flag in result.stdout
+
+
 def test_predict_marks_cells_vllm_would_reject() -> None:
     grid = ["--concurrency", "1", "--mtp", "0,1", "--output-tokens", "16", "--json"]
     result = runner.invoke(
