@@ -40,9 +40,9 @@ def unknown_model_notice(model: object) -> str:
     """What to set when the server does not serve the model a client asked for."""
     return (
         f"autotune record: the server answered 404 to a request for model {model!r}. Claude "
-        "Code asks for its own model names: set ANTHROPIC_MODEL (and "
-        "ANTHROPIC_SMALL_FAST_MODEL) to the server's served model name (GET /v1/models), "
-        f"or start the server with --served-model-name {model}."
+        "Code asks for its own model names: set ANTHROPIC_MODEL (and ANTHROPIC_DEFAULT_"
+        "HAIKU_MODEL, _SONNET_, _OPUS_ for background calls and subagents) to the server's "
+        f"served model name (GET /v1/models), or start the server with --served-model-name {model}."
     )
 
 
