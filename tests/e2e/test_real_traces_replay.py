@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import REPO, autotune_argv
-from tests.e2e.test_replay_sim import _start_sims
+from tests.e2e.conftest import REPO, autotune_argv, start_sims
 
 pytestmark = [pytest.mark.timeout(240)]
 
@@ -28,7 +27,7 @@ def need(path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def sim_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    for start in _start_sims(tmp_path_factory.mktemp("sim")):
+    for start in start_sims(tmp_path_factory.mktemp("sim")):
         yield start(50.0)
 
 

@@ -12,7 +12,7 @@ from autotune.replay.load import LoadSpec
 from autotune.replay.runner import replay
 from autotune.workload.expand import expand
 from autotune.workload.gen import fixed
-from tests.e2e.test_replay_sim import _start_sims
+from tests.e2e.conftest import start_sims
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -21,7 +21,7 @@ LOAD = LoadSpec(mode="concurrency", concurrency=4, saturation_stop=False)
 
 @pytest.fixture(scope="module")
 def sim_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    for start in _start_sims(tmp_path_factory.mktemp("sim")):
+    for start in start_sims(tmp_path_factory.mktemp("sim")):
         yield start(50.0)
 
 
