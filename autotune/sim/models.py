@@ -50,6 +50,8 @@ class ModelSpec(BaseModel):
     mtp_head_bytes: int = 0
     mtp_draft_read_bytes: int = 0  # bytes streamed per draft forward pass
     default_mtp_acceptance: list[float] = []
+    # Per workload kind ("agent", "chat"; see predict.workload_kind), where evidence differs.
+    mtp_acceptance_by_kind: dict[str, list[float]] = {}
     max_model_len: int
     native_max_model_len: int
     prefix_caching_default: bool = True

@@ -20,11 +20,13 @@ from autotune.replay.stats import compute_stats
 from autotune.sim.calibration import CalibrationProfile, profile_constants
 from autotune.sim.config import SimConfig
 from autotune.sim.memory import MemoryReport
+from autotune.sim.models import get_model
 from autotune.sim.prompt import PromptRenderer
 from autotune.sim.scheduler import (
     EngineCounters,
     SimEngineCore,
 )
+from autotune.sim.speed_constants import SpeedConstants
 from autotune.sim.units import GIB
 from autotune.sim.virtual_replay import VirtualReplay
 from autotune.vocabulary import Failure, FailureClass, ServerStats, StartupReport
@@ -44,6 +46,31 @@ class Prediction(BaseModel):
     failure: Failure | None
     # Relative error to expect (the calibration profile's); None: uncalibrated.
     expected_error: float | None = None
+
+
+AGENT_SOURCES = frozenset({"claudecode", "weka", "recorder", "anthropic-log"})
+CHAT_SOURCES = frozenset({"chat", "sharegpt", "mooncake"})
+
+
+def workload_kind(plan: WorkloadPlan) -> str | None:
+    """ "agent" (Claude Code sessions, recorded agent traffic), "chat", or None (unknown)."""
+    source = plan.metadata.get("source")
+    if not isinstance(source, dict):
+        return None
+    origin = source.get("generator") or source.get("kind")
+    if origin in AGENT_SOURCES:
+        return "agent"
+    return "chat" if origin in CHAT_SOURCES else None
+
+
+def _acceptance(
+    config: SimConfig, constants: SpeedConstants, plan: WorkloadPlan
+) -> list[float] | None:
+    """Draft acceptance: the config's, the calibration's, else the catalog's for the plan's kind."""
+    if config.mtp_acceptance is not None or constants.mtp_acceptance is not None:
+        return None  # the scheduler's own precedence applies
+    kind = workload_kind(plan)
+    return get_model(config.model).mtp_acceptance_by_kind.get(kind) if kind else None
 
 
 @functools.lru_cache(maxsize=PLAN_RENDERERS)
@@ -128,7 +155,13 @@ def predict(
     simulated vLLM rejects outright.
     """
     constants, expected_error = profile_constants(calibration, config)
-    engine = SimEngineCore(config, seed=seed, noise=noise, constants=constants)
+    engine = SimEngineCore(
+        config,
+        seed=seed,
+        noise=noise,
+        constants=constants,
+        mtp_acceptance=_acceptance(config, constants, plan),
+    )
     memory = engine.memory
     if not memory.fits:
         failure = Failure(

@@ -1,0 +1,71 @@
+"""Measure closed-loop points against a running server, for ``sim calibrate --points``.
+
+The same runs the field notes' hand-run table made: N clients, each sending
+fixed-size requests back to back, through the real replayer (HTTP, streaming,
+``/metrics``); the point records what the replay measured and, when the
+server drafted, vLLM's mean acceptance length.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotune.engines.base import Server
+from autotune.errors import ReplayError
+from autotune.replay.load import LoadSpec
+from autotune.replay.runner import replay
+from autotune.sim.calibration_points import MeasuredPoint
+from autotune.workload.expand import expand
+from autotune.workload.gen import fixed
+
+
+async def measure_point(
+    server: Server,
+    *,
+    concurrency: int,
+    prompt_tokens: int,
+    output_tokens: int,
+    requests_per_client: int = 4,
+    mtp: int = 0,
+    flags: dict[str, Any] | None = None,
+) -> MeasuredPoint:
+    """Replay one closed-loop cell against ``server``; ``flags``: the point's optional fields.
+
+    The point's ``prompt_tokens`` is the mean the server counted per request.
+    """
+    plan = expand(
+        fixed(
+            requests=concurrency * requests_per_client,
+            prompt_tokens=prompt_tokens,
+            output_tokens=output_tokens,
+        )
+    )
+    load = LoadSpec(mode="concurrency", concurrency=concurrency, saturation_stop=False)
+    result = await replay(
+        url=server.url,
+        plan=plan,
+        load=load,
+        model_name=server.served_model_name,
+        api_key=server.api_key,
+        scrape_interval_s=None if mtp == 0 else 5.0,
+    )
+    stats = result.stats
+    if stats.failed or not stats.completed or stats.e2e.mean is None:
+        failed = next((record for record in result.records if not record.ok), None)
+        detail = failed.error_detail if failed is not None else "no request completed"
+        raise ReplayError(f"c={concurrency}: {stats.failed} requests failed: {detail}")
+    acceptance = None
+    if mtp and result.server_stats is not None:
+        acceptance = result.server_stats.spec_decode_mean_acceptance_length
+    return MeasuredPoint(
+        concurrency=concurrency,
+        mtp=mtp,
+        # What the server counted (its tokenizer and chat template), not what was planned.
+        prompt_tokens=round(stats.total_input_tokens / stats.completed),
+        output_tokens=output_tokens,
+        output_tokens_per_s=stats.output_throughput_tok_s,
+        mean_latency_s=stats.e2e.mean,
+        requests_per_client=requests_per_client,
+        mean_acceptance_length=acceptance,
+        **(flags or {}),
+    )
