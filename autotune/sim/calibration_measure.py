@@ -69,3 +69,33 @@ async def measure_point(
         mean_acceptance_length=acceptance,
         **(flags or {}),
     )
+
+
+async def measure_cells(
+    server: Server,
+    cells: list[tuple[int, int, int]],
+    *,
+    repeats: int = 3,
+    requests_per_client: int = 6,
+    flags: dict[str, Any] | None = None,
+) -> list[MeasuredPoint]:
+    """Each (concurrency, prompt, output) cell ``repeats`` times; the median-throughput run.
+
+    One warm-up run first, not kept: first requests pay for lazy initialisation.
+    """
+    await measure_point(server, concurrency=2, prompt_tokens=32, output_tokens=16)
+    points = []
+    for concurrency, prompt_tokens, output_tokens in cells:
+        runs = [
+            await measure_point(
+                server,
+                concurrency=concurrency,
+                prompt_tokens=prompt_tokens,
+                output_tokens=output_tokens,
+                requests_per_client=requests_per_client,
+                flags=flags,
+            )
+            for _ in range(repeats)
+        ]
+        points.append(sorted(runs, key=lambda run: run.output_tokens_per_s)[len(runs) // 2])
+    return points
