@@ -47,10 +47,13 @@ ALWAYS_FITTED = (
     "prefill_compute_efficiency",
     "step_overhead_s",
     "per_seq_overhead_s",
+    "request_overhead_s",
 )
 MTP_FITTED = ("draft_pass_overhead_s",)
 PRIOR_WEIGHT = 0.03  # residual per unit log-deviation from the starting constants
 MIN_SCALE = 1e-7  # a constant's smallest fitted value (its log must exist)
+# Where the fit starts a constant that is 0 by default (scalars are fitted on a log scale).
+FIT_START = {"request_overhead_s": 10e-3}
 FAILED_RESIDUAL = math.log(10.0)  # a measured point the model says cannot run
 DIFF_STEP = 0.1  # finite-difference step: 10% on a log scale; acceptance draws are a staircase
 MAX_EVALUATIONS = 40  # least-squares iterations (each costs one prediction per parameter)
@@ -135,7 +138,8 @@ class _Space:
         for rate in rates[:positions]:
             conditional.append(min(high, max(low, rate / previous if previous else low)))
             previous = rate
-        self.scale = np.array([getattr(start, name) or MIN_SCALE for name in self.scalars])
+        seeded = _seeded(start)  # the fit's starting values; untouched constants keep start's
+        self.scale = np.array([getattr(seeded, name) or MIN_SCALE for name in self.scalars])
         lows = [max(BOUNDS[name][0], MIN_SCALE) for name in self.scalars]
         highs = [BOUNDS[name][1] for name in self.scalars]
         self.lower = np.concatenate([np.log(lows / self.scale), [low] * positions])
@@ -172,6 +176,13 @@ def _residuals(targets: Sequence[Target], constants: SpeedConstants) -> list[flo
     return out
 
 
+def _seeded(start: SpeedConstants) -> SpeedConstants:
+    """``start`` with each zero constant the fit may move set to its FIT_START value."""
+    return start.model_copy(
+        update={name: value for name, value in FIT_START.items() if not getattr(start, name)}
+    )
+
+
 def _sensitive(targets: Sequence[Target], start: SpeedConstants, name: str) -> bool:
     """Whether halving or doubling ``name`` changes some prediction by SENSITIVITY."""
     base = [predicted(target, start) for target in targets]
@@ -203,7 +214,8 @@ def fitted_names(
     positions = max(target.config.num_speculative_tokens for target in targets)
     if free is None:
         candidates = [*ALWAYS_FITTED, *(MTP_FITTED if positions else ())]
-        return [name for name in candidates if _sensitive(targets, start, name)], positions
+        seeded = _seeded(start)
+        return [name for name in candidates if _sensitive(targets, seeded, name)], positions
     unknown = [name for name in free if name not in BOUNDS and name != "mtp_acceptance"]
     if unknown:
         raise InputError(

@@ -71,6 +71,7 @@ class SimEngineCore:
         constants: SpeedConstants = DEFAULT_CONSTANTS,
     ) -> None:
         self.config = config
+        self.constants = constants
         self.memory: MemoryReport = plan_memory(config)
         self.clock_s = 0.0
         self.counters = EngineCounters(

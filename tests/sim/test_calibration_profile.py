@@ -106,3 +106,13 @@ def test_sim_serve_takes_a_profile(tmp_path: Path, capsys: pytest.CaptureFixture
         parse_serve_args([*argv[:3], "--calibration", str(tmp_path / "missing.yaml")])
     assert excinfo.value.code == 2
     assert "missing.yaml: cannot read calibration profile" in capsys.readouterr().err
+
+
+def test_request_overhead_ends_each_request_later_not_its_first_token() -> None:
+    one = LoadSpec(mode="concurrency", concurrency=1)
+    plain = predict(QWEN, PLAN, one)
+    slow_api = CalibrationProfile(constants=SpeedConstants(request_overhead_s=0.5))
+    later = predict(QWEN, PLAN, one, calibration=slow_api)
+    assert later.stats.e2e.mean == pytest.approx(plain.stats.e2e.mean + 0.5, rel=1e-6)
+    assert later.stats.ttft.mean == pytest.approx(plain.stats.ttft.mean, rel=1e-6)
+    assert later.stats.output_throughput_tok_s < plain.stats.output_throughput_tok_s
