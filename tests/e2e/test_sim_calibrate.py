@@ -67,7 +67,7 @@ def test_calibrate_from_points_then_predict_held_out_cells(tmp_path: Path) -> No
     truth = held_out.output_tokens_per_s
     raw_error = abs(raw["output_tokens_per_s"] / truth - 1)  # type: ignore[operator]
     calibrated_error = abs(calibrated["output_tokens_per_s"] / truth - 1)  # type: ignore[operator]
-    assert calibrated_error < 0.05 < raw_error
+    assert calibrated_error < raw_error / 2, (calibrated_error, raw_error)
 
 
 def test_malformed_points_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
