@@ -1,8 +1,15 @@
-"""Live progress of a study with rich: trial n/N, phase, best so far, elapsed, ETA."""
+"""Progress of a study: trial n/N, phase, best so far, elapsed, ETA.
+
+``RichProgress`` draws it live on a terminal; ``PlainProgress`` writes one plain
+line per phase and per finished trial, for stdout that is a file or a pipe and
+for the study's log file (overnight runs are read afterwards, not watched).
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import optuna
@@ -23,31 +30,152 @@ def _clock(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
-class RichProgress:
-    """A StudyObserver that draws a live status line and the finished trials."""
+class Tally:
+    """What both displays count: trials done, the best so far, elapsed time and ETA."""
 
     def __init__(
         self,
-        console: Console,
         *,
         n_trials: int | None,
         already_done: int,
-        metric: str,
         maximize: bool,
+        best: tuple[int, float] | None = None,
     ) -> None:
-        self.console = console
         self.n_trials = n_trials
         self.done_before = already_done
         self.done_now = 0
-        self.metric = metric
         self.maximize = maximize
+        self.best = best  # (trial number, value), the study's best including earlier runs
         self.started = time.monotonic()
-        self.trial_started = self.started
+
+    def record(self, trial: FrozenTrial) -> TrialRecord:
+        """Count a finished trial; returns its record."""
+        record = TrialRecord.read(trial.user_attrs)
+        if trial.state == TrialState.COMPLETE:  # FAIL (our own error) does not count
+            self.done_now += 1
+        value = trial.values[0] if trial.values else None
+        feasible = all(v <= 0 for v in trial.constraints.values())
+        if value is not None and feasible and record.measured:
+            better = self.best is None or (
+                value > self.best[1] if self.maximize else value < self.best[1]
+            )
+            if better:
+                self.best = (trial.number, value)
+        return record
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.started
+
+    def eta_s(self) -> float | None:
+        if not self.n_trials or not self.done_now:
+            return None
+        left = max(self.n_trials - self.done_before - self.done_now, 0)
+        return self.elapsed_s / self.done_now * left
+
+    def position(self, running: bool) -> str:
+        position = self.done_before + self.done_now + (1 if running else 0)
+        return f"{position}/{self.n_trials}" if self.n_trials else str(position)
+
+    def best_text(self, metric: str) -> str:
+        return f"best {self.best[1]:,.1f} {metric} (#{self.best[0]})" if self.best else "best -"
+
+
+def params_text(params: dict[str, Any]) -> str:
+    """``name=value`` pairs, floats short."""
+    return " ".join(
+        f"{name}={value:g}" if isinstance(value, float) else f"{name}={value}"
+        for name, value in params.items()
+    )
+
+
+class PlainProgress:
+    """A StudyObserver writing one plain line per phase and per finished trial to ``write``."""
+
+    def __init__(self, write: Callable[[str], None], tally: Tally, *, metric: str) -> None:
+        self.write = write
+        self.tally = tally
+        self.metric = metric
+        self.number: int | None = None
+        self.phase = ""
+        self.trial_started = time.monotonic()
+
+    def __enter__(self) -> PlainProgress:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+    def _line(self, text: str) -> None:
+        self.write(f"{datetime.now().strftime('%H:%M:%S')} {text}")
+
+    def on_trial_start(self, number: int, params: dict[str, Any], is_baseline: bool) -> None:
+        self.number, self.phase = number, ""
+        self.trial_started = time.monotonic()
+        baseline = " (baseline)" if is_baseline else ""
+        self._line(
+            f"trial {number}{baseline} [{self.tally.position(True)}] starts: {params_text(params)}"
+        )
+
+    def on_phase(self, phase: str) -> None:
+        if phase != self.phase:  # the launcher and the engine may both announce one
+            self.phase = phase
+            self._line(f"trial {self.number}: {phase}")
+
+    def on_request_done(self, record: RequestRecord, done: int, total: int | None) -> None:
+        return None  # one line per request would bury the trials
+
+    def on_trial_end(self, trial: FrozenTrial, outcome: str, study: optuna.Study) -> None:
+        record = self.tally.record(trial)
+        if trial.state != TrialState.COMPLETE and record.error:
+            outcome = f"{outcome}: {record.error}"
+        value = trial.values[0] if trial.values and record.measured else None
+        shown = f"{value:,.1f} {self.metric}" if value is not None else "no measurement"
+        wall = record.wall_s if record.wall_s is not None else time.monotonic() - self.trial_started
+        eta = self.tally.eta_s()
+        self._line(
+            f"trial {trial.number} [{self.tally.position(False)}] {outcome}: {shown}; "
+            f"{params_text(trial.params)}; {wall:.0f}s; elapsed {_clock(self.tally.elapsed_s)}"
+            + (f", ETA {_clock(eta)}" if eta is not None else "")
+            + f"; {self.tally.best_text(self.metric)}"
+        )
+
+
+class FanOut:
+    """One StudyObserver that forwards every event to several."""
+
+    def __init__(self, *observers: Any) -> None:
+        self.observers = observers
+
+    def on_trial_start(self, number: int, params: dict[str, Any], is_baseline: bool) -> None:
+        for observer in self.observers:
+            observer.on_trial_start(number, params, is_baseline)
+
+    def on_phase(self, phase: str) -> None:
+        for observer in self.observers:
+            observer.on_phase(phase)
+
+    def on_request_done(self, record: RequestRecord, done: int, total: int | None) -> None:
+        for observer in self.observers:
+            observer.on_request_done(record, done, total)
+
+    def on_trial_end(self, trial: FrozenTrial, outcome: str, study: optuna.Study) -> None:
+        for observer in self.observers:
+            observer.on_trial_end(trial, outcome, study)
+
+
+class RichProgress:
+    """A StudyObserver that draws a live status line and the finished trials."""
+
+    def __init__(self, console: Console, tally: Tally, *, metric: str) -> None:
+        self.console = console
+        self.tally = tally
+        self.metric = metric
+        self.trial_started = tally.started
         self.number: int | None = None
         self.phase = "starting"
         self.requests_done = 0
         self.requests_total: int | None = None
-        self.best: tuple[int, float] | None = None
         self.rows: list[tuple[str, ...]] = []
         self.live = Live(self._render(), console=console, refresh_per_second=4, transient=False)
 
@@ -83,19 +211,10 @@ class RichProgress:
         self._refresh()
 
     def on_trial_end(self, trial: FrozenTrial, outcome: str, study: optuna.Study) -> None:
-        record = TrialRecord.read(trial.user_attrs)
-        if trial.state == TrialState.COMPLETE:  # FAIL (our own error) does not count
-            self.done_now += 1
-        elif record.error:
+        record = self.tally.record(trial)
+        if trial.state != TrialState.COMPLETE and record.error:
             outcome = f"{outcome}: {record.error}"[:60]
         value = trial.values[0] if trial.values else None
-        feasible = all(v <= 0 for v in trial.constraints.values())
-        if value is not None and feasible and record.measured:
-            better = self.best is None or (
-                value > self.best[1] if self.maximize else value < self.best[1]
-            )
-            if better:
-                self.best = (trial.number, value)
         shown = f"{value:,.1f}" if value is not None and record.measured else "-"
         wall = record.wall_s
         self.rows.append(
@@ -110,18 +229,11 @@ class RichProgress:
         self.live.update(self._render())
 
     def _render(self) -> Group:
-        elapsed = time.monotonic() - self.started
-        total = self.n_trials
-        position = self.done_before + self.done_now + (0 if self.phase == "done" else 1)
-        trial_text = f"trial {position}/{total}" if total else f"trial {position}"
-        best = (
-            f"best {self.best[1]:,.1f} {self.metric} (#{self.best[0]})" if self.best else "best -"
-        )
-        eta = ""
-        if total and self.done_now:
-            per_trial = elapsed / self.done_now
-            left = max(total - self.done_before - self.done_now, 0)
-            eta = f" · ETA {_clock(per_trial * left)}"
+        elapsed = self.tally.elapsed_s
+        trial_text = f"trial {self.tally.position(self.phase != 'done')}"
+        best = self.tally.best_text(self.metric)
+        eta_s = self.tally.eta_s()
+        eta = f" · ETA {_clock(eta_s)}" if eta_s is not None else ""
         status = Text.assemble(
             (trial_text, "bold"),
             f" · {self.phase} · ",

@@ -462,6 +462,11 @@ def _ensure_dir(path: Path) -> Path:
     return path
 
 
+def run_log_path(spec: StudySpec) -> Path:
+    """The study's log file, beside its trials' server logs."""
+    return spec.runs_dir / _slug(spec.name) / "run.log"
+
+
 def _slug(name: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_.@" else "_" for ch in name)
 

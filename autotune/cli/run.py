@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import shlex
 import signal
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from autotune.cli._common import (
@@ -22,6 +20,13 @@ from autotune.cli._common import (
     handle_errors,
     parse_duration,
 )
+from autotune.cli._run_output import (
+    RunOutput,
+    best_or_none,
+    resume_line,
+    summary_lines,
+    trials_table,
+)
 from autotune.defaults import (
     DEFAULT_HEARTBEAT_S,
     DEFAULT_SAMPLER,
@@ -33,10 +38,10 @@ from autotune.defaults import (
 from autotune.engines import kill_all_servers
 from autotune.errors import InputError
 from autotune.objective import METRIC_NAMES, ObjectiveName
-from autotune.progress import RichProgress
+from autotune.progress import Tally
 from autotune.replay.load import LoadSpec
 from autotune.run_setup import RunOptions, prepare_study
-from autotune.study import completed_trials, run_study
+from autotune.study import StudySpec, completed_count, completed_trials, run_log_path, run_study
 from autotune.study_reader import LoadedStudy, TrialRow, load_study, study_names
 
 WIDE_SHOW_COLUMNS = 160  # below this width `show` lists parameters under the table
@@ -175,36 +180,55 @@ def run(
         heartbeat_interval_s=heartbeat_interval,
     )
     out = console()
-    spec = prepare_study(options, say=lambda line: out.print(line, highlight=False))
-    done = completed_trials(spec)
-    if done is not None:
-        out.print(f"Resuming study [bold]{spec.name}[/bold]: {done} trials complete.")
-    else:
-        out.print(f"Study [bold]{spec.name}[/bold] ({spec.engine.name}, {spec.space.name} space)")
-    if spec.token_note:
-        out.print(f"[yellow]note:[/yellow] {spec.token_note}", highlight=False)
-    first = spec.goal.objectives[0]
-    progress = RichProgress(
-        out,
-        n_trials=spec.n_trials,
-        already_done=done or 0,
-        metric=METRIC_NAMES[first],
-        maximize=spec.goal.directions[0] == "maximize",
+    found: list[str] = []
+
+    def say_found(line: str) -> None:
+        out.print(line, highlight=False, soft_wrap=True)
+        found.append(line)
+
+    spec = prepare_study(options, say=say_found)
+    output = RunOutput(out, run_log_path(spec))
+    try:
+        _run(spec, output, found)
+    finally:
+        output.close()
+
+
+def _run(spec: StudySpec, output: RunOutput, found: list[str]) -> None:
+    for line in found:
+        output.log_only(line)
+    existing = (
+        load_study(spec.storage_url, spec.name) if completed_trials(spec) is not None else None
     )
+    if existing is not None:
+        output.say(resume_line(existing))
+    else:
+        output.say(f"Study [bold]{spec.name}[/bold] ({spec.engine.name}, {spec.space.name} space)")
+    output.say(f"log: {output.log_path}")
+    if spec.token_note:
+        output.say(f"[yellow]note:[/yellow] {spec.token_note}")
+    best = best_or_none(existing) if existing is not None else None
+    tally = Tally(
+        n_trials=spec.n_trials,
+        already_done=completed_count(existing.study) if existing is not None else 0,
+        maximize=spec.goal.directions[0] == "maximize",
+        best=(best.number, best.values[0]) if best is not None and best.values else None,
+    )
+    display, observer = output.progress(tally, METRIC_NAMES[spec.goal.objectives[0]])
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     try:
-        with progress:
-            run_study(spec, observer=progress)
+        with display:
+            run_study(spec, observer=observer)
     except KeyboardInterrupt:
         kill_all_servers()
-        out.print(
+        output.say(
             "[yellow]Interrupted[/yellow]: the running trial is recorded as interrupted; "
             "run the same command again to resume."
         )
-        _print_summary(load_study(spec.storage_url, spec.name), out)
+        _finish(load_study(spec.storage_url, spec.name), output)
         sys.exit(130)
     loaded = load_study(spec.storage_url, spec.name)
-    _print_summary(loaded, out)
+    _finish(loaded, output)
     errors = [row.error for row in loaded.trials if row.error]
     if errors and not any(row.state == "COMPLETE" for row in loaded.trials):
         error_console().print(f"[red]error:[/red] every trial failed inside autotune: {errors[0]}")
@@ -215,23 +239,15 @@ def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def _print_summary(loaded: LoadedStudy, out: Console) -> None:
-    try:
-        best = loaded.best()
-    except InputError:
-        out.print("[red]No feasible configuration yet[/red] (see `autotune show`).")
-        return
-    metric = METRIC_NAMES[ObjectiveName(loaded.info.primary_objective)]
-    value = best.values[0] if best.values else float("nan")
-    gain = loaded.gain_over_baseline(best)
-    gain_text = f", {gain:.2f}x the baseline" if gain else ""
-    out.print(
-        f"\n[bold green]Best: trial {best.number}[/bold green]: {value:,.1f} {metric}{gain_text}"
-    )
-    if best.config is not None:
-        command = shlex.join(["vllm", "serve", *best.config.vllm_args()])
-        out.print(f"  {command}", soft_wrap=True, highlight=False)
-    out.print(f"  export it: autotune export --study {shlex.quote(loaded.name)}", soft_wrap=True)
+def _finish(loaded: LoadedStudy, output: RunOutput) -> None:
+    """The full trial table (not on a terminal, where the live display showed it) and the
+    summary, on stdout and in the log."""
+    table = trials_table(loaded)
+    if not output.out.is_terminal:
+        output.out.print(table)
+    output.log.print(table)
+    for line in summary_lines(loaded):
+        output.say(line)
 
 
 @handle_errors

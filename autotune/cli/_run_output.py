@@ -1,0 +1,147 @@
+"""What `autotune run` says, on stdout and in the study's log file.
+
+Overnight runs are read afterwards: every line the run prints also goes to
+``run.log`` beside the study's trial logs. When stdout is not a terminal
+(``> run.log``, a pipe) the live display gives way to plain lines, one per
+phase and per finished trial, and the full trial table ends the run.
+"""
+
+from __future__ import annotations
+
+import shlex
+from contextlib import ExitStack
+from pathlib import Path
+from typing import IO, Any
+
+from rich.console import Console
+from rich.table import Table
+
+from autotune.errors import InputError
+from autotune.objective import METRIC_NAMES, ObjectiveName
+from autotune.progress import FanOut, PlainProgress, RichProgress, Tally
+from autotune.study_reader import LoadedStudy, TrialRow
+
+# Best vs baseline: a latency this much worse is called out, not left in the numbers.
+WORSE_LATENCY = 0.05
+LATENCIES = (("p95 TTFT", "ttft_p95_s", "ttft_p95"), ("p95 TPOT", "tpot_p95_s", "tpot_p95"))
+
+
+class RunOutput:
+    """stdout plus the log file: ``say`` prints to both, ``observer`` shows progress."""
+
+    def __init__(self, out: Console, log_path: Path) -> None:
+        self.out = out
+        self.log_path = log_path
+        self._stack = ExitStack()
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._file: IO[str] = self._stack.enter_context(log_path.open("a", encoding="utf-8"))
+        self.log = Console(file=self._file, width=200, color_system=None, soft_wrap=True)
+
+    def close(self) -> None:
+        self._stack.close()
+
+    def say(self, markup: str, *, highlight: bool = False) -> None:
+        self.out.print(markup, highlight=highlight, soft_wrap=True)
+        self.log_only(markup)
+
+    def log_only(self, markup: str) -> None:
+        self.log.print(markup, highlight=False)
+        self._file.flush()
+
+    def _plain_line(self, text: str) -> None:
+        if not self.out.is_terminal:
+            self.out.print(text, highlight=False, soft_wrap=True, markup=False)
+            self.out.file.flush()
+        self.log.print(text, highlight=False, markup=False)
+        self._file.flush()
+
+    def progress(self, tally: Tally, metric: str) -> tuple[Any, Any]:
+        """(context manager, observer): live on a terminal, plain lines otherwise."""
+        plain = PlainProgress(self._plain_line, tally, metric=metric)
+        if self.out.is_terminal:
+            live = RichProgress(self.out, tally, metric=metric)
+            return live, FanOut(live, plain)
+        return plain, plain
+
+
+def resume_line(loaded: LoadedStudy) -> str:
+    """The resume banner, from the same reading of the study as the final summary."""
+    done = sum(1 for row in loaded.trials if row.state == "COMPLETE")
+    plural = "s" if done != 1 else ""
+    text = f"Resuming study [bold]{loaded.name}[/bold]: {done} trial{plural} complete"
+    best = best_or_none(loaded)
+    if best is not None and best.values:
+        metric = METRIC_NAMES[ObjectiveName(loaded.info.primary_objective)]
+        text += f", best {best.values[0]:,.1f} {metric} (trial {best.number})"
+    return text + "."
+
+
+def best_or_none(loaded: LoadedStudy) -> TrialRow | None:
+    try:
+        return loaded.best()
+    except InputError:
+        return None
+
+
+def summary_lines(loaded: LoadedStudy) -> list[str]:
+    """The end-of-run summary: best, gain, latency against the baseline, the command."""
+    best = best_or_none(loaded)
+    if best is None:
+        return ["[red]No feasible configuration yet[/red] (see `autotune show`)."]
+    metric = METRIC_NAMES[ObjectiveName(loaded.info.primary_objective)]
+    value = best.values[0] if best.values else float("nan")
+    gain = loaded.gain_over_baseline(best)
+    gain_text = f", {gain:.2f}x the baseline" if gain else ""
+    lines = [
+        f"\n[bold green]Best: trial {best.number}[/bold green]: {value:,.1f} {metric}{gain_text}"
+    ]
+    lines += latency_lines(loaded, best)
+    if best.config is not None:
+        lines.append("  " + shlex.join(["vllm", "serve", *best.config.vllm_args()]))
+    lines.append(f"  export it: autotune export --study {shlex.quote(loaded.name)}")
+    return lines
+
+
+def latency_lines(loaded: LoadedStudy, best: TrialRow) -> list[str]:
+    """Best vs baseline latency, and a warning for each one clearly worse."""
+    baseline = loaded.baseline()
+    if baseline is None or baseline.number == best.number or baseline.replay is None:
+        return []
+    parts, worse = [], []
+    for label, attr, slo in LATENCIES:
+        ours, theirs = getattr(best, attr), getattr(baseline, attr)
+        if ours is None or theirs is None or not theirs:
+            continue
+        change = ours / theirs - 1
+        parts.append(f"{label} {_seconds(ours)} vs {_seconds(theirs)} ({change:+.0%})")
+        if change > WORSE_LATENCY:
+            worse.append((label, change, slo, theirs))
+    if not parts:
+        return []
+    lines = [f"  latency vs the baseline (trial {baseline.number}): " + ", ".join(parts)]
+    for label, change, slo, theirs in worse:
+        lines.append(
+            f"  [yellow]warning:[/yellow] {label} is {change:.0%} worse than the baseline's: "
+            "interactive users wait longer. To keep it, rerun with "
+            f"--slo '{slo}<={_seconds(theirs)}' or export another trial with "
+            "autotune export --slo (docs/results.md)."
+        )
+    return lines
+
+
+def _seconds(value: float) -> str:
+    return f"{value * 1000:.0f}ms" if value < 1 else f"{value:.2f}s"
+
+
+def trials_table(loaded: LoadedStudy) -> Table:
+    """Every trial of the study in number order: outcome, value, wall time."""
+    metric = METRIC_NAMES[ObjectiveName(loaded.info.primary_objective)]
+    table = Table(title=f"{loaded.name}: {len(loaded.trials)} trials")
+    for column in ("trial", "outcome", metric, "wall"):
+        table.add_column(column, justify="left" if column == "outcome" else "right")
+    for row in sorted(loaded.trials, key=lambda r: r.number):
+        value = f"{row.values[0]:,.1f}" if row.values and row.measured else "-"
+        wall = f"{row.wall_s:.0f}s" if row.wall_s is not None else "-"
+        outcome = row.outcome_text + (" (baseline)" if row.is_baseline else "")
+        table.add_row(str(row.number), outcome, value, wall)
+    return table

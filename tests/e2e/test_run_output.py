@@ -1,0 +1,99 @@
+"""What `autotune run` prints when nobody watches: stdout to a file, the log beside the
+study, the resume banner, and the latency of the crowned config against the baseline."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import REPO, SAMPLE_WORKLOAD, autotune_argv, output, wait_for
+
+FITS_SPACE = REPO / "tests" / "e2e" / "data" / "fits.yaml"
+SEQS_SPACE = REPO / "tests" / "e2e" / "data" / "seqs.yaml"
+FAST = ["--time-scale", "50", "--max-requests", "8", "--concurrency", "4"]
+TRIAL_LINE = re.compile(
+    r"^\d\d:\d\d:\d\d trial (?P<n>\d+) \[(?P<pos>\d+)/3\] (?P<outcome>[\w-]+): "
+    r"(?P<value>[\d,.]+) output_tok_s; kv_cache_memory_gib=(?P<kv>[\d.]+); \d+s; "
+    r"elapsed \d+:\d\d(, ETA \d+:\d\d)?; best [\d,.]+ output_tok_s \(#\d+\)$",
+    re.M,
+)
+
+
+def run_args(tmp_path: Path, *extra: str, space: Path = FITS_SPACE) -> list[str]:
+    return [
+        "run", "--workload", str(SAMPLE_WORKLOAD), "--engine", "sim",
+        "--hardware", "rtx4080s-32g", "--model", "qwen3.6-27b-awq", "--space", str(space),
+        "--storage", f"sqlite:///{tmp_path / 'studies' / 'autotune.db'}", "--study", "night",
+        "--sampler", "grid", "--seed", "1", *FAST, *extra,
+    ]  # fmt: skip
+
+
+@pytest.mark.timeout(240)
+def test_stdout_to_a_file_gets_a_line_per_trial_as_it_ends_and_the_full_table(
+    tmp_path: Path, spawn
+) -> None:
+    """Before: with stdout not a terminal, nothing until the end, then the last 8 rows."""
+    process = spawn(*run_args(tmp_path, "--trials", "3"), cwd=tmp_path)
+    seen_early = wait_for(
+        lambda: TRIAL_LINE.search(output(tmp_path)) is not None and process.poll() is None,
+        timeout_s=150,
+    )
+    assert process.wait(timeout=200) == 0, output(tmp_path)
+    assert seen_early, "the first trial's line appeared only after the run ended"
+    text = output(tmp_path)
+    lines = list(TRIAL_LINE.finditer(text))
+    assert [m["n"] for m in lines] == ["0", "1", "2"], text
+    assert {m["kv"] for m in lines} == {"8", "9", "10"}
+    assert "trial 0 (baseline) [1/3] starts: kv_cache_memory_gib=8" in text
+    assert re.search(r"trial 1: replaying", text)
+    table = text[text.index("night: 3 trials") :]
+    for number in ("0", "1", "2"):
+        assert re.search(rf"│\s+{number} │ ok", table), table
+    log = tmp_path / "studies" / "runs" / "night" / "run.log"
+    assert f"log: {log}" in text
+    logged = log.read_text()
+    assert [m.group(0) for m in TRIAL_LINE.finditer(logged)] == [m.group(0) for m in lines]
+    assert "Pre-flight:" in logged and "Best: trial" in logged
+
+
+@pytest.mark.timeout(240)
+def test_the_resume_banner_agrees_with_the_final_summary(tmp_path: Path) -> None:
+    """Before: `1 trials complete` and the best of this session, not of the study."""
+    first = subprocess.run(autotune_argv(*run_args(tmp_path, "--trials", "1")),
+                           cwd=tmp_path, capture_output=True, text=True, timeout=200)  # fmt: skip
+    assert first.returncode == 0, first.stdout + first.stderr
+    best0 = re.search(r"Best: trial 0: ([\d,.]+) output_tok_s", first.stdout)
+    assert best0, first.stdout
+    again = subprocess.run(autotune_argv(*run_args(tmp_path, "--trials", "2")),
+                           cwd=tmp_path, capture_output=True, text=True, timeout=200)  # fmt: skip
+    assert again.returncode == 0, again.stdout + again.stderr
+    out = again.stdout
+    assert f"Resuming study night: 1 trial complete, best {best0[1]} output_tok_s (trial 0)." in out
+    final = re.search(r"Best: trial (\d+): ([\d,.]+) output_tok_s", out)
+    last_line = re.findall(r"best ([\d,.]+) output_tok_s \(#(\d+)\)$", out, re.M)[-1]
+    assert final and (final[2], final[1]) == last_line
+
+
+@pytest.mark.timeout(240)
+def test_a_best_config_with_worse_latency_is_said_so(tmp_path: Path) -> None:
+    """Sixteen sequences at once beat one on throughput and stretch every token: the
+    summary says so, with the SLO that would keep the baseline's latency."""
+    result = subprocess.run(
+        autotune_argv(*run_args(tmp_path, "--trials", "2", "--mode", "concurrency",
+                                "--max-requests", "16", "--concurrency", "8", space=SEQS_SPACE)),
+        cwd=tmp_path, capture_output=True, text=True, timeout=220,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = " ".join(result.stdout.split())
+    found = re.search(
+        r"latency vs the baseline \(trial (\d)\): p95 TTFT \S+ vs \S+ \([+-]\d+%\), "
+        r"p95 TPOT (\S+) vs (\S+) \(\+(\d+)%\)",
+        out,
+    )
+    assert found, out
+    assert int(found[4]) > 5
+    assert f"warning: p95 TPOT is {found[4]}% worse than the baseline's" in out
+    assert f"--slo 'tpot_p95<={found[3]}'" in out
