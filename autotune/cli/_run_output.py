@@ -33,8 +33,11 @@ class RunOutput:
         self.out = out
         self.log_path = log_path
         self._stack = ExitStack()
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._file: IO[str] = self._stack.enter_context(log_path.open("a", encoding="utf-8"))
+        try:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            self._file: IO[str] = self._stack.enter_context(log_path.open("a", encoding="utf-8"))
+        except OSError as exc:
+            raise InputError(f"log file {log_path}: {exc.strerror}") from exc
         self.log = Console(file=self._file, width=200, color_system=None, soft_wrap=True)
 
     def close(self) -> None:

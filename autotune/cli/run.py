@@ -187,19 +187,18 @@ def run(
         found.append(line)
 
     spec = prepare_study(options, say=say_found)
+    resuming = completed_trials(spec) is not None  # storage errors first, before any file
     output = RunOutput(out, run_log_path(spec))
     try:
-        _run(spec, output, found)
+        _run(spec, output, found, resuming=resuming)
     finally:
         output.close()
 
 
-def _run(spec: StudySpec, output: RunOutput, found: list[str]) -> None:
+def _run(spec: StudySpec, output: RunOutput, found: list[str], *, resuming: bool) -> None:
     for line in found:
         output.log_only(line)
-    existing = (
-        load_study(spec.storage_url, spec.name) if completed_trials(spec) is not None else None
-    )
+    existing = load_study(spec.storage_url, spec.name) if resuming else None
     if existing is not None:
         output.say(resume_line(existing))
     else:
