@@ -1,0 +1,50 @@
+"""The README's examples name things the README's own commands create or list."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from autotune.study import default_study_name
+from autotune.workload import load_plan
+
+REPO = Path(__file__).resolve().parents[1]
+README = (REPO / "README.md").read_text()
+
+
+def quick_start_run() -> list[str]:
+    line = next(line for line in README.splitlines() if "&& autotune run " in line)
+    return shlex.split(line.split("&& autotune run ", 1)[1])
+
+
+def option(argv: list[str], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+def test_compare_uses_the_study_the_quick_start_creates() -> None:
+    """Before: it compared 'qwen3.6-27b-awq@rtx4080s-32g/claudecode/throughput'."""
+    argv = quick_start_run()
+    created = default_study_name(
+        option(argv, "--model"),
+        option(argv, "--hardware"),
+        load_plan(REPO / option(argv, "--workload")).name,
+        [option(argv, "--objective")],
+    )
+    compared = re.findall(r"autotune compare '([^']+)'", README)
+    assert compared and set(compared) == {created}
+
+
+def test_the_hardware_names_used_are_listed_by_sim_catalog() -> None:
+    assert "autotune sim catalog" in README
+    catalog = subprocess.run(
+        [sys.executable, "-m", "autotune", "sim", "catalog"],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    names = set(re.findall(r"--(?:hardware|what-if) ([\w.-]+)", README))
+    names |= set(re.findall(r"--price ([\w.-]+)=", README))
+    assert names, "the README names GPUs"
+    for name in names:
+        assert name in catalog, name
