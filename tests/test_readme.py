@@ -43,8 +43,9 @@ def test_the_hardware_names_used_are_listed_by_sim_catalog() -> None:
         [sys.executable, "-m", "autotune", "sim", "catalog"],
         capture_output=True, text=True, timeout=60, check=True,
     ).stdout  # fmt: skip
-    names = set(re.findall(r"--(?:hardware|what-if) ([\w.-]+)", README))
-    names |= set(re.findall(r"--price ([\w.-]+)=", README))
+    gpu = r"([a-z0-9.]+-[a-z0-9.-]+)"  # catalog names: rtx4080s-32g, h200-141g
+    names = set(re.findall(rf"--(?:hardware|what-if) {gpu}", README))
+    names |= set(re.findall(rf"--price {gpu}=", README))
     assert names, "the README names GPUs"
     for name in names:
         assert name in catalog, name
