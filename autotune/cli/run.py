@@ -277,9 +277,13 @@ def show(
     for row in rows:
         table.add_row(*_show_cells(row, param_names if wide else []))
     out.print(table)
+    if any("*" in effective_cell(row, name) for row in rows for name in param_names):
+        out.print(
+            "* the value the trial launched with, set by a derived rule over the searched one"
+        )
     if not wide:
         for row in rows:
-            pairs = " ".join(f"{name}={_cell(row.params.get(name))}" for name in param_names)
+            pairs = " ".join(f"{name}={effective_cell(row, name)}" for name in param_names)
             out.print(f"#{row.number}: {pairs}", highlight=False, soft_wrap=True)
 
 
@@ -304,7 +308,7 @@ def _show_cells(row: TrialRow, param_names: list[str]) -> list[str]:
         str(row.number),
         f"[{style}]{outcome}[/{style}]",
         value,
-        *(_cell(row.params.get(name)) for name in param_names),
+        *(effective_cell(row, name) for name in param_names),
         f"{worst[0]} {worst[1]:+.2f}" if worst else "-",
         _cell(row.kv_cache_tokens),
         _cell(row.concurrency_reached),
@@ -324,6 +328,16 @@ def _deciding_margin(constraints: dict[str, float]) -> tuple[str, float] | None:
         return max(violated.items(), key=lambda item: item[1])
     limits = {k: v for k, v in constraints.items() if k == "oom" or k.startswith("slo:")}
     return max(limits.items(), key=lambda item: item[1]) if limits else None
+
+
+def effective_cell(row: TrialRow, name: str) -> str:
+    """A parameter as the trial launched it: where a derived rule replaced the searched
+    value (2N-1 batched tokens), the flag's value, marked ``*``."""
+    searched = row.params.get(name)
+    launched = row.flags.get(name.replace("_", "-"), searched)
+    if launched != searched and not isinstance(launched, bool | dict | list):
+        return f"{_cell(launched)}*"
+    return _cell(searched)
 
 
 def _cell(value: object) -> str:

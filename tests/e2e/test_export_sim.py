@@ -19,7 +19,7 @@ USER_MODEL = "/models/Qwen3.6-27B-AWQ"
 @pytest.mark.timeout(240)
 def test_export_serves_the_users_model_and_starts_the_lmcache_server(tmp_path: Path) -> None:
     """Before: `vllm serve qwen3.6-27b-awq` (the catalog name) with LMCacheMPConnector
-    and no LMCache server to connect to."""
+    and no LMCache server to connect to; `show` listed the searched batched tokens."""
     space = tmp_path / "lmcache-on.yaml"
     space.write_text(
         QWEN_SPACE.read_text()
@@ -64,3 +64,14 @@ def test_export_serves_the_users_model_and_starts_the_lmcache_server(tmp_path: P
     assert f"start its server first: lmcache server --port 5555 --chunk-size {block[1]}" in (
         yaml_out.stdout
     )
+
+    show = subprocess.run(
+        autotune_argv("show", "--storage", db),
+        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert show.returncode == 0, show.stderr
+    # The searched 2,048 was replaced by 2N-1: show lists what was exported.
+    launched = f"{2 * int(block[1]) - 1:,}*"
+    assert f"max_num_batched_tokens={launched}" in show.stdout, show.stdout
+    assert "max_num_batched_tokens=2,048" not in show.stdout
+    assert "set by a derived rule" in show.stdout
