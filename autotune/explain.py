@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import optuna
@@ -188,11 +188,17 @@ def _capacity_sentences(best: TrialRow, baseline: TrialRow) -> list[str]:
             )
     if tokens_best and tokens_base and tokens_best != tokens_base:
         reach = ""
-        if best.concurrency_reached is not None and baseline.concurrency_reached is not None:
-            reach = (
-                f", which let {best.concurrency_reached} requests run at once against "
-                f"{baseline.concurrency_reached} for the baseline"
-            )
+        ran, ran_base = best.concurrency_reached, baseline.concurrency_reached
+        if ran is not None and ran_base is not None:
+            if (ran - ran_base) * (tokens_best - tokens_base) > 0:  # both moved the same way
+                reach = (
+                    f", which let {ran} requests run at once against {ran_base} for the baseline"
+                )
+            else:
+                reach = (
+                    f"; it did not set how many requests ran at once ({ran} against "
+                    f"{ran_base} for the baseline)"
+                )
         sentences.append(
             f"KV capacity went from {tokens_base:,} to {tokens_best:,} tokens "
             f"({_ratio(tokens_best, tokens_base)}){reach}."
@@ -308,50 +314,63 @@ def importance_sentences(loaded: LoadedStudy) -> list[str]:
     sentences = [f"Importance over {measured} measured trials: {top}."]
     minor = [name for name, share in ranked if share < UNIMPORTANT_SHARE]
     if minor:
+        objective = loaded.info.primary_objective
         sentences.append(
-            f"Did not matter (under {UNIMPORTANT_SHARE:.0%} each): {', '.join(minor)}."
+            f"Barely moved {objective} across these trials (under {UNIMPORTANT_SHARE:.0%} of "
+            f"the importance each): {', '.join(minor)}. That is a statement about the "
+            "objective over the trials measured, not about memory or capacity."
         )
     return sentences
 
 
-def _numeric_flags(rows: list[TrialRow]) -> list[str]:
-    names: dict[str, set[float]] = {}
+def _numeric_params(rows: list[TrialRow]) -> list[str]:
+    seen: dict[str, set[float]] = {}
     for row in rows:
-        for name, value in row.flags.items():
+        for name, value in row.params.items():
             if isinstance(value, int | float) and not isinstance(value, bool):
-                names.setdefault(name, set()).add(float(value))
-    return [name for name, seen in names.items() if len(seen) > 1]
+                seen.setdefault(name, set()).add(float(value))
+    return sorted(name for name, values in seen.items() if len(values) > 1)
 
 
-def _boundary(rows: list[TrialRow], name: str) -> tuple[TrialRow, TrialRow] | None:
-    """(largest value that fitted, smallest that OOMed), when they separate cleanly."""
-    with_value = [r for r in rows if isinstance(r.flags.get(name), int | float)]
-    fitted = [r for r in with_value if not r.is_oom]
-    oomed = [r for r in with_value if r.is_oom]
-    if not fitted or not oomed:
-        return None
-    top_fit = max(fitted, key=lambda r: r.flags[name])
-    low_oom = min(oomed, key=lambda r: r.flags[name])
-    return (top_fit, low_oom) if top_fit.flags[name] < low_oom.flags[name] else None
+def _param_text(name: str, value: Any) -> str:
+    if name.endswith("_gib") and isinstance(value, int | float):
+        return f"{gib_text(value)} GiB"
+    return format_flag_value(name, value)
 
 
-def _boundary_text(name: str, pair: tuple[TrialRow, TrialRow]) -> str:
-    fit, oom = pair
+def like_for_like_boundaries(rows: list[TrialRow], name: str) -> list[tuple[TrialRow, TrialRow]]:
+    """(largest that fitted, smallest that OOMed) among trials whose every other parameter
+    is equal, where the two separate cleanly: only then does ``name`` alone decide."""
+    groups: dict[str, list[TrialRow]] = {}
+    for row in rows:
+        if isinstance(row.params.get(name), int | float):
+            others = {key: value for key, value in row.params.items() if key != name}
+            groups.setdefault(repr(sorted(others.items())), []).append(row)
+    pairs = []
+    for group in groups.values():
+        fitted = [r for r in group if not r.is_oom]
+        oomed = [r for r in group if r.is_oom]
+        if fitted and oomed:
+            top_fit = max(fitted, key=lambda r: r.params[name])
+            low_oom = min(oomed, key=lambda r: r.params[name])
+            if top_fit.params[name] < low_oom.params[name]:
+                pairs.append((top_fit, low_oom))
+    return pairs
+
+
+def _boundary_sentence(name: str, fit: TrialRow, oom: TrialRow) -> str:
+    others = ", ".join(
+        f"{key} {_param_text(key, value)}" for key, value in fit.params.items() if key != name
+    )
     return (
-        f"between {format_flag_value(name, fit.flags[name])} (largest that fitted, "
-        f"trial {fit.number}) and {format_flag_value(name, oom.flags[name])} "
-        f"(smallest that ran out of memory, trial {oom.number}, {oom.outcome})"
+        f"Out-of-memory began on {name} between {_param_text(name, fit.params[name])} "
+        f"(trial {fit.number}, fitted) and {_param_text(name, oom.params[name])} "
+        f"(trial {oom.number}, {oom.outcome}), every other parameter equal ({others})."
     )
 
 
-GROUPINGS: dict[str, Callable[[TrialRow], str]] = {
-    "MTP": lambda r: f"MTP {mtp_tokens(r)}" if mtp_tokens(r) else "no MTP",
-    "KV dtype": lambda r: f"KV dtype {r.flags.get('kv-cache-dtype', 'auto')}",
-}
-
-
 def oom_sentences(loaded: LoadedStudy) -> list[str]:
-    """Where OOM began along each numeric flag, split by MTP or dtype when that separates it."""
+    """Where OOM began, drawn only between trials that differ in that one parameter."""
     rows = [r for r in loaded.trials if r.config is not None and r.outcome not in NOT_RUN]
     ooms = [r for r in rows if r.is_oom]
     if not rows:
@@ -361,38 +380,16 @@ def oom_sentences(loaded: LoadedStudy) -> list[str]:
     numbers = ", ".join(str(r.number) for r in ooms)
     if len(ooms) == len(rows):
         return [f"Every trial ran out of memory ({numbers}); none fitted to bracket the boundary."]
-    sentences = []
-    for name in _numeric_flags(rows):
-        pair = _boundary(rows, name)
-        if pair:
-            sentences.append(f"Out-of-memory began on {name} {_boundary_text(name, pair)}.")
-            continue
-        for grouping, key in GROUPINGS.items():
-            groups: dict[str, list[TrialRow]] = {}
-            for row in rows:
-                groups.setdefault(key(row), []).append(row)
-            pairs = {label: _boundary(group, name) for label, group in groups.items()}
-            found = {label: p for label, p in pairs.items() if p}
-            if (
-                len(groups) > 1
-                and found
-                and all(p or not any(r.is_oom for r in groups[label]) for label, p in pairs.items())
-            ):
-                parts = [f"with {label}, {_boundary_text(name, p)}" for label, p in found.items()]
-                sentences.append(
-                    f"Out-of-memory on {name} depends on {grouping}: " + "; ".join(parts) + "."
-                )
-                break
-    separating = [s for s in sentences if s.startswith("Out-of-memory began on")]
-    if len(separating) > 1:
-        sentences.append(
-            f"With {len(ooms)} OOM trial(s), {len(separating)} flags each separate them from "
-            "the trials that fitted; trials nearer the boundary would tell which one decides."
-        )
+    sentences = [
+        _boundary_sentence(name, fit, oom)
+        for name in _numeric_params(rows)
+        for fit, oom in like_for_like_boundaries(rows, name)
+    ]
     if not sentences:
         sentences.append(
-            f"{len(ooms)} trial(s) ran out of memory ({numbers}), but no single numeric flag "
-            "separates them from the trials that fitted."
+            f"{len(ooms)} trial(s) ran out of memory ({numbers}), but none differs from a "
+            "trial that fitted in one parameter alone, so these trials cannot say which "
+            "flag decides."
         )
     return sentences
 

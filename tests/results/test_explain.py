@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import optuna
 
 from autotune.explain import (
@@ -34,37 +36,58 @@ def test_explanation_is_computed_from_the_trials(study_url: str) -> None:
     assert "prefix cache served 45%" in why
 
 
-def test_oom_boundary_names_the_bracketing_trials(study_url: str) -> None:
-    memory = _text(study_url)["Where out-of-memory begins"]
-    assert (
-        "kv-cache-memory-bytes between 12 GiB (largest that fitted, trial 7) and 12.5 GiB "
-        "(smallest that ran out of memory, trial 5, kv-does-not-fit)"
-    ) in memory
-
-
-def test_oom_boundary_split_by_mtp_when_no_single_value_separates(storage_url: str) -> None:
-    """With MTP on, 11.5 GiB OOMs while 12 GiB without MTP fits: the split must show it."""
+def test_oom_boundaries_are_drawn_only_between_trials_differing_in_that_flag(
+    storage_url: str,
+) -> None:
+    """Before: 12 GiB (trial 7: 64 seqs, no MTP) against 12.5 GiB (trial 5: 48 seqs, MTP 2)
+    was called the KV boundary, though three flags differ."""
     study = build_study(storage_url, "s")
-    ok = study.trials[7]  # 12.0 GiB, no MTP, ok
-    oom = study.trials[5]  # 12.5 GiB, MTP 2, OOM
-    stored = TrialRecord.read(oom.user_attrs)
-    assert stored.config is not None
-    flags = {**stored.config.flags, "kv-cache-memory-bytes": int(11.5 * GIB)}
-    config = TrialConfig(model=MODEL, flags=flags)
+    sentences = oom_sentences(load_study(storage_url))
+    assert sentences and not any("trial 5," in sentence for sentence in sentences)
+    for sentence in sentences:  # each pair differs in the one parameter it names
+        name, fit, oom = re.search(
+            r"began on (\w+) .*?trial (\d+), fitted.*?trial (\d+),", sentence
+        ).groups()
+        a, b = study.trials[int(fit)].params, study.trials[int(oom)].params
+        assert {key for key in a if a[key] != b[key]} == {name}
+    # The same config as trial 7 with a 13.5 GiB pool: kv alone decides between them.
+    ok = study.trials[7]
+    stored = TrialRecord.read(ok.user_attrs)
+    assert stored.config is not None and stored.outcome == Outcome.OK
+    oom = study.trials[11]  # 13.5 GiB, kv-does-not-fit
+    config = TrialConfig(
+        model=MODEL, flags={**stored.config.flags, "kv-cache-memory-bytes": int(13.5 * GIB)}
+    )
     attrs = TrialRecord.read(oom.user_attrs | {"config": config.model_dump(mode="json")}).attrs()
     study.add_trial(
         optuna.trial.create_trial(
             values=oom.values,
-            params=oom.params,
-            distributions=oom.distributions,
+            params={**ok.params, "kv_cache_memory_gib": 13.5},
+            distributions=ok.distributions,
             user_attrs=attrs,
             constraints=oom.constraints,
         )
     )
-    assert TrialRecord.read(ok.user_attrs).outcome == Outcome.OK
-    sentences = " ".join(oom_sentences(load_study(storage_url)))
-    assert "Out-of-memory on kv-cache-memory-bytes depends on MTP" in sentences
-    assert "with MTP 2, between 10 GiB (largest that fitted, trial 6) and 11.5 GiB" in sentences
+    text = " ".join(oom_sentences(load_study(storage_url)))
+    assert (
+        "Out-of-memory began on kv_cache_memory_gib between 12 GiB (trial 7, fitted) and "
+        "13.5 GiB (trial 13, kv-does-not-fit), every other parameter equal (kv_cache_dtype "
+        "fp8_e4m3, max_num_seqs 64, num_speculative_tokens 0, enable_prefix_caching on)."
+    ) in text
+    assert "trial 5" not in text
+
+
+def test_capacity_is_not_credited_with_concurrency_it_did_not_raise(storage_url: str) -> None:
+    """Before: "capacity went up 1.9x, which let 8 requests run at once against 14"."""
+    points = [
+        Point(9.0, "auto", 16, 0, prefix=False, baseline=True),  # 14 running, no prefix cache
+        Point(10.0, "fp8_e4m3", 8, 2),  # more KV, fewer running, faster
+    ]
+    build_study(storage_url, "cap", points=points)
+    why = _text(storage_url)["Why the best config wins"]
+    assert "KV capacity went from 128,341 to 244,458 tokens (1.90x)" in why
+    assert "which let" not in why
+    assert "it did not set how many requests ran at once (8 against 14 for the baseline)" in why
 
 
 def test_flags_that_did_not_matter_come_from_importances(study_url: str) -> None:
@@ -81,7 +104,9 @@ def test_flags_that_did_not_matter_come_from_importances(study_url: str) -> None
     top = max(importances, key=importances.get)
     assert f"Importance over 8 measured trials: {top} {importances[top]:.0%}" in text
     minor = [name for name, share in importances.items() if share < 0.05]
-    assert minor and all(name in text.split("Did not matter")[1] for name in minor)
+    said = text.split("Barely moved throughput across these trials")[1]
+    assert minor and all(name in said for name in minor)
+    assert "not about memory or capacity" in said
 
 
 def test_study_without_feasible_trials_still_explains_memory(storage_url: str) -> None:
