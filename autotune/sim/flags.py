@@ -26,6 +26,7 @@ from autotune.sim.faults import FaultConfig
 from autotune.sim.hardware import get_gpu
 from autotune.sim.models import get_model
 from autotune.sim.units import parse_human_int
+from autotune.workload.hf_tokenizer import load_tokenizer
 
 PROG = "vllm serve"
 USAGE = "vllm serve [model_tag] [options]"
@@ -101,6 +102,7 @@ class ServeArgs(BaseModel):
     startup_s: float | None = None  # modelled startup time; None: from the model
     vllm_version: str = EMULATED_VLLM_VERSION
     calibration: CalibrationProfile | None = None  # speed constants; None: the defaults
+    tokenizer: str | None = None  # the served model's tokenizer.json (None: the BPE estimate)
     non_default_args: dict[str, Any] = {}  # as vLLM logs them ("non-default args: {...}")
     # WARNING lines vLLM's argument handling logs: (file:line, message)
     warnings: tuple[tuple[str, str], ...] = ()
@@ -200,6 +202,15 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _tokenizer_path(text: str) -> str:
+    if load_tokenizer(text) is None:
+        raise argparse.ArgumentTypeError(
+            f"no tokenizer.json found offline for {text!r} (a model directory, a "
+            "tokenizer.json or a model name in the Hugging Face cache)"
+        )
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``vllm serve`` look-alike parser (vLLM's flags the simulator models)."""
     parser = argparse.ArgumentParser(prog=PROG, usage=USAGE, allow_abbrev=True)
@@ -242,6 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--cudagraph-capture-sizes", type=int, nargs="+", default=None)
     add("--seed", type=int, default=0)
     add("--trust-remote-code", action=argparse.BooleanOptionalAction, default=False)
+    add("--tokenizer", type=_tokenizer_path, default=None)
     add("--dtype", default="auto")
     add("-q", "--quantization", default=None)
     add("-tp", "--tensor-parallel-size", type=int, choices=(1,), default=1)
@@ -350,6 +362,7 @@ def parse_serve_args(argv: list[str], *, environ: dict[str, str] | None = None) 
         startup_s=ns.startup_s,
         vllm_version=ns.emulate_vllm_version,
         calibration=calibration,
+        tokenizer=ns.tokenizer,
         non_default_args=_non_default_args(parser, ns, model),
         warnings=tuple(warnings),
     )

@@ -1,9 +1,10 @@
 """How the simulated server turns a request's messages into prompt token ids.
 
-A ChatML-like template over ``WordTokenizer`` (one token per word): every
-message costs ``<|im_start|>``, its role, its words and ``<|im_end|>``, and a
+A ChatML-like template over a text tokenizer (``WordTokenizer``, which counts
+text like a BPE tokenizer, or the served model's own ``HfTokenizer``): every
+message costs ``<|im_start|>``, its role, its tokens and ``<|im_end|>``, and a
 chat prompt ends with ``<|im_start|> assistant`` (the generation prompt). A
-completions prompt is the text as sent, tokenized word by word. The server and
+completions prompt is the text as sent, tokenized as a whole. The server and
 the in-process predictor both call these functions, so both see the same
 tokens and the same prefix-cache hits.
 """
@@ -16,9 +17,9 @@ import numpy as np
 
 from autotune.replay.payloads import render_prompt
 from autotune.workload.plan import Endpoint, Message
-from autotune.workload.tokenizer import WordTokenizer
+from autotune.workload.tokenizer import Tokenizer, WordTokenizer
 
-# Reserved ids above the word-hash range (WordTokenizer ids are < 2**31).
+# Reserved ids above any text token id (WordTokenizer ids are < 2**31).
 IM_START_ID = (1 << 31) + 1
 IM_END_ID = (1 << 31) + 2
 _ROLE_IDS = {"system": (1 << 31) + 10, "user": (1 << 31) + 11, "assistant": (1 << 31) + 12}
@@ -34,9 +35,8 @@ class PromptRenderer:
     message makes a long session cost its new words only.
     """
 
-    def __init__(self, tokenizer: WordTokenizer | None = None) -> None:
+    def __init__(self, tokenizer: Tokenizer | None = None) -> None:
         self._tokenizer = tokenizer or WordTokenizer()
-        self._word_ids: dict[str, int] = {}
         self._message_ids: dict[tuple[str, str], np.ndarray] = {}
 
     def text_ids(self, text: str) -> list[int]:
@@ -44,15 +44,8 @@ class PromptRenderer:
         return self.text_array(text).tolist()
 
     def text_array(self, text: str) -> np.ndarray:
-        """``text_ids`` as an int64 array (WordTokenizer's numbering, cached per word)."""
-        words = text.split()
-        known = self._word_ids
-        ids = list(map(known.get, words))
-        for index, token_id in enumerate(ids):
-            if token_id is None:
-                word = words[index]
-                ids[index] = known[word] = self._tokenizer.encode(word)[0]
-        return np.fromiter(ids, dtype=np.int64, count=len(ids))
+        """``text_ids`` as an int64 array."""
+        return np.asarray(self._tokenizer.encode(text), dtype=np.int64)
 
     def message_ids(self, role: str, text: str) -> np.ndarray:
         """The ids one chat message contributes, template tokens included."""

@@ -1,14 +1,20 @@
 """Tokenizers for synthetic text: the served model's own, or the word approximation.
 
-``WordTokenizer`` is the documented approximation used when no tokenizer for
-the served model is available offline, and it is the simulator's tokenizer:
-one token per whitespace-separated word. Synthetic text built from it is
-token-exact on the simulator.
+``WordTokenizer`` is the approximation used when no tokenizer for the served
+model is available offline, and it is the simulator's tokenizer. Synthetic
+text (pseudo-words of at most six lowercase letters joined by spaces) is one
+token per word, so it is token-exact on the simulator; any other text (code,
+JSON, CJK, base64) is counted the way a byte-level BPE tokenizer counts it:
+split like a GPT/Qwen pre-tokenizer (letter runs with their leading space,
+single digits, punctuation runs, whitespace) and each piece costs what such
+pieces cost in a real vocabulary. The error against a real tokenizer is
+measured by scripts/measure_token_counts.py (docs/replay.md).
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Protocol
 
 
@@ -22,26 +28,103 @@ class Tokenizer(Protocol):
     def count(self, text: str) -> int: ...
 
 
+_LETTER = r"[^\W\d_]"
+_PIECES = re.compile(  # Qwen2's pre-tokenizer (as GPT-4's, but digits one by one)
+    r"'(?i:[sdmt]|ll|ve|re)"  # English contractions
+    rf"|(?:[^\r\n\w]|_)?{_LETTER}+"  # a letter run and the one space or symbol before it
+    r"|\d"  # digits one by one
+    r"| ?(?:[^\s\w]|_)+[\r\n]*"  # punctuation runs
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"  # line breaks, indentation, spaces
+)
+_SUBWORDS = re.compile(r"[^A-Za-z]?[A-Z]?[a-z]+|[^A-Za-z]?[A-Z]+(?![a-z])")  # camelCase, ACRONYMS
+# Expected tokens per piece, fitted on Mistral's Tekken over this repository's code and docs
+# (scripts/measure_token_counts.py); a fractional part is rounded up for a stable pseudo-random
+# share of the pieces of that shape, so totals come out right on average.
+_CJK_CHARS_PER_TOKEN = 1.3  # common 2-character words are one token
+_LETTERS_PER_TOKEN = 3.0  # non-ASCII letters beyond CJK
+_RANDOM_LETTERS_PER_TOKEN = 1.2  # base64, hashes: case flips every ~2 letters
+
+
+def _subword_tokens(word: str) -> float:
+    letters = word.lstrip()
+    n = len(letters)
+    if letters.islower():
+        if n <= 6:  # the synthetic words of the word approximation are exactly one
+            return 1.0 if word[0] in " " + letters[0] else 1.2
+        if not word[0].isalpha():  # after a space or symbol
+            return 1.0 + min(0.3 * (n - 6), 0.7)
+        return 1.0 + min(0.35 * (n - 6), 1.2) + 0.15 * max(0, n - 13)
+    if letters.isupper():
+        return max(1.0, 0.42 * n)
+    return 1.05 if n <= 5 else 1.0 + 0.15 * (n - 5)
+
+
+def _letters_tokens(piece: str) -> float:
+    words = _SUBWORDS.findall(piece)
+    letters = len(piece.lstrip())
+    if len(words) >= 3 and letters < 3 * len(words):
+        return letters / _RANDOM_LETTERS_PER_TOKEN
+    return sum(_subword_tokens(word) for word in words)
+
+
+def expected_tokens(piece: str) -> float:
+    """Tokens a real BPE vocabulary spends on one pre-tokenizer piece, on average."""
+    last = piece[-1]
+    if last.isascii() and last.isalpha():  # an ASCII letter run
+        return _letters_tokens(piece)
+    if last.isdigit() or piece.isspace():
+        return 1.0
+    if "\u3040" <= last <= "\ud7af" or "\uff00" <= last <= "\uffef":
+        return max(1.0, len(piece) / _CJK_CHARS_PER_TOKEN)
+    if last.isalpha():
+        return max(1.0, len(piece.lstrip()) / _LETTERS_PER_TOKEN)
+    n = len(piece.lstrip())
+    return 1.0 if n <= 2 else 0.6 * (n - 1) + 0.2
+
+
+def _digest(key: str) -> int:
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=4).digest(), "little")
+
+
+def piece_cost(piece: str) -> int:
+    """Whole tokens for ``piece``: its expected count, the fraction rounded by a stable hash."""
+    expected = expected_tokens(piece)
+    whole = int(expected)
+    fraction = expected - whole
+    if fraction and _digest(f"\1{piece}") / 2**32 < fraction:
+        whole += 1
+    return whole
+
+
+def _ids(piece: str, count: int, modulus: int) -> tuple[int, ...]:
+    keys = [piece, *(f"{piece}\0{index}" for index in range(1, count))]
+    return tuple(_digest(key) & (modulus - 1) for key in keys)
+
+
 class WordTokenizer:
-    """One token per whitespace-separated word; ids are stable hashes of the word."""
+    """The word approximation: a synthetic word is one token, other text is counted like BPE.
+
+    Ids are stable hashes of each piece (and of its n-th token), so identical text
+    gives identical ids and the simulator's prefix cache sees real sharing.
+    """
 
     name = "words"
     vocab_size = 1 << 31
 
     def __init__(self) -> None:
-        self._ids: dict[str, int] = {}
+        self._pieces: dict[str, tuple[int, ...]] = {}
+
+    def piece_ids(self, piece: str) -> tuple[int, ...]:
+        ids = self._pieces.get(piece)
+        if ids is None:
+            ids = self._pieces[piece] = _ids(piece, piece_cost(piece), self.vocab_size)
+        return ids
 
     def encode(self, text: str) -> list[int]:
-        ids = self._ids
         out: list[int] = []
-        for word in text.split():
-            token_id = ids.get(word)
-            if token_id is None:
-                digest = hashlib.blake2b(word.encode(), digest_size=4).digest()
-                token_id = int.from_bytes(digest, "little") & (self.vocab_size - 1)
-                ids[word] = token_id
-            out.append(token_id)
+        for piece in _PIECES.findall(text):
+            out.extend(self.piece_ids(piece))
         return out
 
     def count(self, text: str) -> int:
-        return len(text.split())
+        return sum(len(self.piece_ids(piece)) for piece in _PIECES.findall(text))

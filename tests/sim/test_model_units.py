@@ -9,6 +9,7 @@ from autotune.replay.payloads import render_prompt
 from autotune.sim.prompt import TOKENS_PER_MESSAGE, PromptRenderer, render_prompt_token_ids
 from autotune.sim.units import parse_human_int
 from autotune.workload.plan import Message
+from autotune.workload.tokenizer import WordTokenizer
 
 
 @pytest.mark.parametrize(
@@ -34,7 +35,9 @@ def test_chat_prompt_template_costs_fixed_tokens_per_message() -> None:
 def test_completions_prompt_is_the_rendered_text() -> None:
     messages = (Message("user", "one two three"),)
     ids = render_prompt_token_ids("sys", messages, "openai.completions")
-    assert len(ids) == len(render_prompt("sys", messages).split())
+    # "sys", "\n\n", "user", ":", " one", " two", " three"
+    assert ids == WordTokenizer().encode(render_prompt("sys", messages))
+    assert len(ids) == 7
 
 
 def test_shared_history_gives_shared_prefix_ids() -> None:
