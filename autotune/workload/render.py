@@ -104,12 +104,18 @@ def render_anthropic(body: dict[str, Any]) -> RenderedCall:
     system = body.get("system")
     blocks = system if isinstance(system, list) else [system] if system else []
     parts, billing = _strip_billing_header([_block_text(block) for block in blocks])
-    messages = tuple(
+    turns = [
         (_role(message.get("role")), _content_text(message.get("content")))
         for message in body.get("messages") or []
         if isinstance(message, dict)
+    ]
+    # As vLLM's Anthropic face: system turns join the system text, and the tools follow it.
+    folded = ["\n".join(part for part in parts if part)]
+    folded += [text for role, text in turns if role == "system"]
+    system = system_with_tools(
+        "\n\n".join(part for part in folded if part) or None, body.get("tools")
     )
-    system = _system_text(parts, body.get("tools"))
+    messages = tuple((role, text) for role, text in turns if role != "system")
     return RenderedCall("anthropic.messages", system, messages, _max_tokens(body), billing)
 
 

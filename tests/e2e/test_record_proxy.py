@@ -16,6 +16,7 @@ import pytest
 
 from autotune.workload import load_plan, read_workload
 from autotune.workload.schema import DeltaInput
+from autotune.workload.tokenizer import WordTokenizer
 from tests.e2e.conftest import wait_for
 
 pytestmark = pytest.mark.timeout(90)
@@ -213,7 +214,9 @@ def test_record_anonymize_keeps_structure_not_text(sim_url: str, tmp_path: Path)
         _stop(process, signal.SIGKILL)
     assert "zebra" not in out.read_text()
     first, second = load_plan(out).requests
-    assert first.prompt_tokens == 6  # six words, as synthetic text
+    # As many synthetic words as the original's tokens (" marmalade" is two).
+    assert first.prompt_tokens == WordTokenizer().count("tell me about zebra quantum marmalade")
+    assert first.prompt_tokens == 7
     assert second.after == (first.id,)
     assert second.messages[0] is first.messages[0]
 
