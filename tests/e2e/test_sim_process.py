@@ -26,6 +26,7 @@ from autotune.engines.vllm_log import classify_failure, parse_startup_log
 from autotune.sim.prompt import render_prompt_token_ids
 from autotune.vocabulary import FailureClass
 from autotune.workload.plan import Message
+from autotune.workload.synth import word_vocabulary
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -365,7 +366,7 @@ def test_runtime_oom_kills_the_engine_like_vllm(launch) -> None:
     sim = launch("--language-model-only", "--kv-cache-memory-bytes", "12G",
                  "--max-num-batched-tokens", "8192", "--time-scale", "50",
                  model="qwen3.6-27b-awq", hardware="rtx4080s-32g")  # fmt: skip
-    words = " ".join(f"w{i}" for i in range(8000))
+    words = " ".join(word_vocabulary()[:8000])  # synthetic words: one token each
     body = {"messages": [{"role": "user", "content": words}], "max_tokens": 4, "stream": True}
     response = httpx.post(f"{sim.url}/v1/chat/completions", json=body, timeout=30)
     events = _sse_data(response.text)
