@@ -18,9 +18,9 @@ from autotune.workload.expand import load_plan
 from autotune.workload.hf_tokenizer import HfTokenizer, load_tokenizer
 from autotune.workload.plan import PlannedRequest, WorkloadPlan
 
-# Measured (scripts/measure_token_counts.py, docs/replay.md): the word approximation's
-# pseudo-words cost this many tokens each in a real BPE tokenizer (Mistral's Tekken: 1.99).
-WORD_APPROXIMATION_TOKENS = 2.0
+# Real tokens per pseudo-word of the word approximation: 1.99 measured on Mistral's Tekken
+# (scripts/measure_token_counts.py, docs/replay.md); the range allows for other vocabularies.
+WORD_APPROXIMATION_TOKENS = (1.6, 2.6)
 # ChatML, as Qwen and most served chat models use it: "<|im_start|>role\n ... <|im_end|>\n"
 # per message and "<|im_start|>assistant\n" to generate; the pre-flight's estimate of the
 # template before a server can be asked (the replay measures the real one).
@@ -43,13 +43,14 @@ def find_tokenizer(model: str, tokenizer: str | None = None) -> HfTokenizer | No
 
 
 def word_approximation_note(model: str) -> str:
+    low, high = WORD_APPROXIMATION_TOKENS
     return (
         f"no tokenizer for {model!r} found offline (model directory, tokenizer.json or the "
         "Hugging Face cache; give one with --tokenizer): prompts are sent in the word "
-        f"approximation, whose words real tokenizers count as about {WORD_APPROXIMATION_TOKENS:g}"
-        f" tokens each, so expect served prompts about {WORD_APPROXIMATION_TOKENS:g}x the "
-        "workload's token counts (more with small vocabularies); each trial's first requests "
-        "are checked against the server's own counts"
+        f"approximation, whose words real tokenizers count as {low:g}-{high:g} tokens each "
+        "(Mistral's Tekken: 1.99), so expect served prompts about that many times the "
+        "workload's token counts; each trial's first requests are checked against the "
+        "server's own counts"
     )
 
 
