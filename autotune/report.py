@@ -9,6 +9,7 @@ outcome class (OOM above all) lies in the space.
 from __future__ import annotations
 
 import html
+import math
 import warnings
 from collections.abc import Callable
 
@@ -46,6 +47,13 @@ OUTCOME_COLOURS = {
 }
 OTHER_COLOUR = "#7f7f7f"
 SWEEP_CONCURRENCY = (1, 2, 4, 8, 16, 32)  # the field notes' hand-run benchmark levels
+# Every objective axis says what it measures and in which unit.
+OBJECTIVE_AXIS = {
+    "throughput": "output throughput (tok/s)",
+    "goodput": "goodput (requests/s within SLOs)",
+    "latency": "p95 end-to-end latency (s)",
+}
+MAX_LOG_TICKS = 8
 
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1100px; color: #222; }
@@ -57,15 +65,62 @@ th { background: #f4f4f4; } .note { color: #666; font-size: 0.9rem; }
 """
 
 
+def objective_axis(objective: str) -> str:
+    return OBJECTIVE_AXIS.get(objective, objective)
+
+
+def log_ticks(low: float, high: float) -> list[int]:
+    """Powers of two spanning [low, high], thinned to at most MAX_LOG_TICKS."""
+    first = 2 ** math.floor(math.log2(max(low, 1e-9)))
+    ticks = [first]
+    while ticks[-1] < high:
+        ticks.append(ticks[-1] * 2)
+    step = math.ceil(len(ticks) / MAX_LOG_TICKS)
+    return [int(t) if t >= 1 else t for t in ticks[::step]]
+
+
+def readable_log_axes(figure: go.Figure) -> None:
+    """Plotly labels a log axis 2, 5, 10, 2, 5, 100: put plain numbers at powers of two."""
+    layout = figure.layout.to_plotly_json()
+    for axis_name, axis in layout.items():
+        if not axis_name.startswith(("xaxis", "yaxis")) or axis.get("type") != "log":
+            continue
+        letter = axis_name[0]
+        ref = letter + axis_name[len(letter) + len("axis") :]  # xaxis2 -> x2
+        values = [
+            float(v)
+            for trace in figure.data
+            if (getattr(trace, f"{letter}axis", None) or letter) == ref
+            for v in (getattr(trace, letter, None) or ())
+            if isinstance(v, int | float) and not isinstance(v, bool) and v > 0
+        ]
+        if values:
+            ticks = log_ticks(min(values), max(values))
+            figure.layout[axis_name].update(tickvals=ticks, ticktext=[f"{t:,}" for t in ticks])
+
+
 class _Figures:
-    """Figures to HTML; plotly.js goes into the first one only."""
+    """Figures to HTML; plotly.js goes into the first one only.
+
+    Each figure takes the page's width (no fixed width from Optuna's plots, which
+    size a slice plot at 300 px per parameter and would be cut off), with readable
+    log-axis ticks.
+    """
 
     def __init__(self) -> None:
         self.js_included = False
 
     def html(self, figure: go.Figure) -> str:
-        figure.update_layout(height=420, margin={"l": 60, "r": 30, "t": 50, "b": 50})
-        text = figure.to_html(full_html=False, include_plotlyjs=not self.js_included)
+        figure.update_layout(
+            width=None, autosize=True, height=420, margin={"l": 60, "r": 30, "t": 50, "b": 50}
+        )
+        readable_log_axes(figure)
+        text = figure.to_html(
+            full_html=False,
+            include_plotlyjs=not self.js_included,
+            default_width="100%",
+            config={"responsive": True},
+        )
         self.js_included = True
         return text
 
@@ -124,7 +179,9 @@ def history_figure(loaded: LoadedStudy) -> go.Figure:
         marker={"symbol": "triangle-down", "size": 10, "color": "#d62728"},
         text=[r.outcome for r in failed],
     )
-    figure.update_layout(title="Optimisation history", xaxis_title="trial", yaxis_title=objective)
+    figure.update_layout(
+        title="Optimisation history", xaxis_title="trial", yaxis_title=objective_axis(objective)
+    )
     return figure
 
 
@@ -263,7 +320,7 @@ def concurrency_figure(loaded: LoadedStudy) -> go.Figure | None:
     figure.update_layout(
         title=f"Output throughput vs requests at once<br><sup>source: {source}</sup>",
         xaxis_title="requests running at once",
-        yaxis_title="output tok/s",
+        yaxis_title="output throughput (tok/s)",
     )
     figure.update_xaxes(type="log", tickvals=list(SWEEP_CONCURRENCY))
     return figure
@@ -306,7 +363,7 @@ def _headline_table(loaded: LoadedStudy) -> str:
 def _optuna_figures(loaded: LoadedStudy) -> list[go.Figure]:
     study = measured_study(loaded)
     target = _first_value
-    name = loaded.info.primary_objective
+    name = objective_axis(loaded.info.primary_objective)
     figures: list[go.Figure | None] = []
     if len(loaded.feasible_measured()) >= MIN_TRIALS_FOR_IMPORTANCE:
         figures.append(
@@ -322,10 +379,19 @@ def _optuna_figures(loaded: LoadedStudy) -> list[go.Figure]:
         everything = measured_study(loaded, feasible_only=False)
         figures.append(
             _figure(
-                lambda: plot_pareto_front(everything, target_names=list(loaded.info.objectives))
+                lambda: plot_pareto_front(
+                    everything, target_names=[objective_axis(o) for o in loaded.info.objectives]
+                )
             )
         )
     return [f for f in figures if f is not None]
+
+
+def report_figures(loaded: LoadedStudy) -> list[go.Figure]:
+    """Every plot of the report, in page order."""
+    plots = [history_figure(loaded), outcome_figure(loaded), concurrency_figure(loaded)]
+    plots += _optuna_figures(loaded)
+    return [figure for figure in plots if figure is not None]
 
 
 def render_report(loaded: LoadedStudy) -> str:
@@ -352,9 +418,7 @@ def render_report(loaded: LoadedStudy) -> str:
         parts += [f"<li>{html.escape(s)}</li>" for s in section.sentences]
         parts.append("</ul>")
     parts.append("<h2 id='plots'>Plots</h2>")
-    plots = [history_figure(loaded), outcome_figure(loaded), concurrency_figure(loaded)]
-    plots += _optuna_figures(loaded)
-    parts += [figures.html(figure) for figure in plots if figure is not None]
+    parts += [figures.html(figure) for figure in report_figures(loaded)]
     parts.append(
         "<p class='note'>Importance, slice and contour plots use the measured feasible "
         "trials only; OOM and crashed trials carry placeholder values.</p></body></html>"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -27,6 +28,7 @@ from typer.testing import CliRunner
 
 from autotune.cli import app
 from autotune.trial_config import TrialConfig
+from tests.results.conftest import build_study
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE_WORKLOAD = REPO / "workloads" / "sample-claudecode.jsonl"
@@ -146,7 +148,7 @@ def test_export_formats_on_a_simulated_study(sim_study: tuple[str, Path]) -> Non
     storage_url, workdir = sim_study
     best = _best_trial(storage_url)
     shell = autotune_in_process("export", "--storage", storage_url)
-    command = [line for line in shell.splitlines() if not line.startswith("#")]
+    command = [line for line in shell.splitlines() if line.startswith("vllm serve ")]
     config = TrialConfig.model_validate(best.user_attrs["config"])
     assert shlex.split(command[0]) == ["vllm", "serve", *config.vllm_args()]
     assert "# hardware: rtx4080s-32g; engine: sim" in shell
@@ -192,6 +194,44 @@ def test_report_of_a_simulated_study_opens_without_console_errors(
     target = os.environ.get("AUTOTUNE_REPORT_SCREENSHOT")
     if target:  # keep the picture for a person to look at
         shutil.copy(shot, target)
+
+
+# Writes into the page title how many plots there are and which ones reach past the window.
+CUT_OFF_PROBE = """<script>
+window.addEventListener('load', () => setTimeout(() => {
+  const width = document.documentElement.clientWidth;
+  const plots = [...document.querySelectorAll('.js-plotly-plot')];
+  const cut = plots.map((plot, i) => {
+    const svg = plot.querySelector('.main-svg');
+    const right = Math.max(plot.getBoundingClientRect().right,
+                           svg ? svg.getBoundingClientRect().right : 0);
+    return right > width + 1 ? `${i}:${Math.round(right)}` : null;
+  }).filter(Boolean);
+  document.title = `plots=${plots.length} cut=[${cut.join(',')}] width=${width}`;
+}, 500));
+</script>"""
+
+
+@needs_chromium
+def test_no_report_plot_is_cut_off_at_1400_px(tmp_path: Path) -> None:
+    """Before: Optuna's slice plot (300 px a parameter) reached 1,643 px in a 1,385 px page."""
+    storage_url = f"sqlite:///{tmp_path / 'studies.db'}"
+    build_study(storage_url, "qwen-4080")  # 13 trials: importance, slice and contour plots
+    page = tmp_path / "report.html"
+    autotune("report", "--storage", storage_url, "--study", "qwen-4080", "--out", str(page),
+             cwd=tmp_path)  # fmt: skip
+    probed = tmp_path / "probed.html"
+    probed.write_text(page.read_text().replace("</body>", CUT_OFF_PROBE + "</body>"))
+    argv = [
+        str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+        f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1400,2000",
+        "--virtual-time-budget=5000", "--dump-dom", probed.as_uri(),
+    ]  # fmt: skip
+    dom = _run_group(argv, cwd=tmp_path, timeout_s=BROWSER_TIMEOUT_S).stdout
+    found = re.search(r"<title>plots=(\d+) cut=\[([^\]]*)\] width=(\d+)</title>", dom)
+    assert found, dom[:2000]
+    assert int(found[1]) >= 6 and found[3] != "0"
+    assert found[2] == "", f"plots reaching past {found[3]} px (index:right edge): {found[2]}"
 
 
 def _free_port() -> int:

@@ -5,8 +5,11 @@ import re
 from autotune.report import (
     SWEEP_CONCURRENCY,
     concurrency_figure,
+    log_ticks,
     outcome_figure,
+    readable_log_axes,
     render_report,
+    report_figures,
     space_axes,
 )
 from autotune.study_reader import load_study
@@ -60,3 +63,42 @@ def test_sweep_of_best_and_baseline_comes_from_the_simulator(storage_url: str) -
     # max-num-seqs 4 caps the baseline: past 4 clients it cannot go faster; 16 slots can
     assert baseline.y[-1] == baseline.y[2]
     assert best.y[-1] > 1.2 * baseline.y[-1]
+
+
+def _axes(figure) -> dict[str, dict]:
+    return {k: v for k, v in figure.layout.to_plotly_json().items() if k[1:].startswith("axis")}
+
+
+def _titles(figure) -> list[str]:
+    titles = [axis.get("title", {}).get("text") or "" for axis in _axes(figure).values()]
+    for trace in figure.data:
+        colorbar = getattr(getattr(trace, "marker", None), "colorbar", None)
+        if colorbar is not None and colorbar.title.text:
+            titles.append(colorbar.title.text)
+    return titles
+
+
+def test_every_throughput_axis_names_its_unit(study_url: str, pareto_url: str) -> None:
+    """Before: the history's y axis read "throughput" and Optuna's plots "Objective Value"."""
+    for url in (study_url, pareto_url):
+        figures = report_figures(load_study(url))
+        titles = [title for figure in figures for title in _titles(figure)]
+        throughput = [t for t in titles if "throughput" in t or "tok/s" in t or "Objective" in t]
+        assert len(throughput) >= 3, titles
+        assert all(t == "output throughput (tok/s)" for t in throughput), throughput
+
+
+def test_log_axes_read_as_plain_numbers(study_url: str) -> None:
+    """Before: plotly's 2, 5, 10, 2, 5, 100 on max-num-seqs and the slice plots."""
+    assert log_ticks(1, 64) == [1, 2, 4, 8, 16, 32, 64]
+    assert log_ticks(1024, 16384) == [1024, 2048, 4096, 8192, 16384]
+    assert len(log_ticks(1, 100_000)) <= 8
+    log_axes = 0
+    for figure in report_figures(load_study(study_url)):
+        readable_log_axes(figure)
+        for axis in _axes(figure).values():
+            if axis.get("type") == "log":
+                log_axes += 1
+                assert axis["ticktext"] == [f"{t:,}" for t in axis["tickvals"]]
+                assert all(t & (t - 1) == 0 for t in axis["tickvals"])  # powers of two
+    assert log_axes >= 2  # the outcome map's max-num-seqs and the slice plot's
