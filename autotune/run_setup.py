@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -36,9 +37,11 @@ from autotune.space import SearchSpace, default_space_path, load_space
 from autotune.study import SAMPLERS, StudySpec, default_study_name
 from autotune.study_reader import default_artifact_dir
 from autotune.workload import load_plan
+from autotune.workload.hf_tokenizer import HfTokenizer
 from autotune.workload.plan import PlannedRequest, WorkloadPlan
 from autotune.workload.served import (
     WORD_APPROXIMATION_TOKENS,
+    find_tokenizer,
     plan_for_model,
     served_prompt_tokens,
 )
@@ -103,14 +106,23 @@ def prepare_study(options: RunOptions, *, say: Callable[[str], None] | None = No
     space = load_space(space_path)
     token_note = None
     tokenizer_found = False
+    sim_tokenizer = None
     if options.engine == "sim":
-        plan = load_plan(options.workload)  # the simulator's own token space
+        # The simulator's own token space, or the served model's tokenizer when given.
+        sim_tokenizer = find_tokenizer(options.tokenizer) if options.tokenizer else None
+        if options.tokenizer and sim_tokenizer is None:
+            raise InputError(
+                f"--tokenizer: no tokenizer.json found offline for {options.tokenizer!r}"
+            )
+        plan = load_plan(options.workload, tokenizer=sim_tokenizer)
     else:
         served = plan_for_model(options.workload, model=options.model, tokenizer=options.tokenizer)
         plan, token_note, tokenizer_found = served.plan, served.note, served.tokenizer is not None
     say = say or (lambda _: None)
     try:
-        checked = _preflight(options, plan, space, _target(options), exact=tokenizer_found)
+        checked = _preflight(
+            options, plan, space, _target(options), exact=tokenizer_found, tokenizer=sim_tokenizer
+        )
     except PreflightFailed as exc:
         for line in exc.lines:
             say(line)
@@ -130,6 +142,7 @@ def prepare_study(options: RunOptions, *, say: Callable[[str], None] | None = No
             seed=options.seed or 0,
             noise=options.noise,
             sim_model=options.sim_model,
+            extra_args=("--tokenizer", options.tokenizer) if options.tokenizer else (),
         )
         prescreen = try_prescreen(
             hardware=options.hardware,
@@ -200,7 +213,10 @@ def _target(options: RunOptions) -> Target:
         sim_model=sim_model,
         hardware=options.hardware,
         served_endpoints=local_model_endpoints(options.model),
-        native_context=native_context_of(options.model, sim_model),
+        # vLLM serves past the native context when told to (its own environment variable).
+        native_context=None
+        if os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN") == "1"
+        else native_context_of(options.model, sim_model),
     )
 
 
@@ -217,14 +233,20 @@ def _sim_model(options: RunOptions) -> ModelSpec:
 
 
 def _preflight(
-    options: RunOptions, plan: WorkloadPlan, space: SearchSpace, target: Target, *, exact: bool
+    options: RunOptions,
+    plan: WorkloadPlan,
+    space: SearchSpace,
+    target: Target,
+    *,
+    exact: bool,
+    tokenizer: HfTokenizer | None = None,
 ) -> Preflight:
     """The pre-flight in the engine's own prompt count: the simulator's renderer, or for
     a real engine the served model's tokenizer plus its chat template (estimated), or the
     word approximation's range of real-token costs when no tokenizer is here."""
     fixed = options.max_model_len or space.fixed.get(MAX_MODEL_LEN_FLAG)
     if options.engine == "sim":
-        renderer = PromptRenderer()
+        renderer = PromptRenderer(tokenizer)
 
         def count(request: PlannedRequest) -> int:
             return len(renderer.render_array(request.system, request.messages, request.endpoint))
