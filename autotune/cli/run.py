@@ -228,6 +228,10 @@ def _run(spec: StudySpec, output: RunOutput, found: list[str], *, resuming: bool
         sys.exit(130)
     loaded = load_study(spec.storage_url, spec.name)
     _finish(loaded, output)
+    checks = [row.replay.prompt_tokens_check for row in loaded.trials if row.replay]
+    mismatched = [check for check in checks if check is not None and not check.ok]
+    if mismatched:
+        output.say(f"[yellow]warning:[/yellow] {len(mismatched)} trials: {mismatched[0].message}")
     errors = [row.error for row in loaded.trials if row.error]
     if errors and not any(row.state == "COMPLETE" for row in loaded.trials):
         error_console().print(f"[red]error:[/red] every trial failed inside autotune: {errors[0]}")
