@@ -81,12 +81,23 @@ class Tally:
         return f"best {self.best[1]:,.1f} {metric} (#{self.best[0]})" if self.best else "best -"
 
 
-def params_text(params: dict[str, Any]) -> str:
-    """``name=value`` pairs, floats short."""
-    return " ".join(
-        f"{name}={value:g}" if isinstance(value, float) else f"{name}={value}"
-        for name, value in params.items()
-    )
+def launched_value(name: str, searched: Any, flags: dict[str, Any]) -> tuple[Any, bool]:
+    """A parameter's value as the trial launched it, and whether a derived rule replaced
+    the searched one (2N-1 batched tokens with MTP and LMCache on)."""
+    launched = flags.get(name.replace("_", "-"), searched)
+    if launched != searched and not isinstance(launched, bool | dict | list):
+        return launched, True
+    return searched, False
+
+
+def params_text(params: dict[str, Any], flags: dict[str, Any] | None = None) -> str:
+    """``name=value`` pairs, floats short; with ``flags``, launched values marked ``*``."""
+    parts = []
+    for name, searched in params.items():
+        value, replaced = launched_value(name, searched, flags or {})
+        text = f"{value:g}" if isinstance(value, float) else str(value)
+        parts.append(f"{name}={text}{'*' if replaced else ''}")
+    return " ".join(parts)
 
 
 class PlainProgress:
@@ -131,11 +142,13 @@ class PlainProgress:
             outcome = f"{outcome}: {record.error}"
         value = trial.values[0] if trial.values and record.measured else None
         shown = f"{value:,.1f} {self.metric}" if value is not None else "no measurement"
+        flags = dict(record.config.flags) if record.config else {}
         wall = record.wall_s if record.wall_s is not None else time.monotonic() - self.trial_started
         eta = self.tally.eta_s()
         self._line(
             f"trial {trial.number} [{self.tally.position(False)}] {outcome}: {shown}; "
-            f"{params_text(trial.params)}; {wall:.0f}s; elapsed {_clock(self.tally.elapsed_s)}"
+            f"{params_text(trial.params, flags)}; {wall:.0f}s; "
+            f"elapsed {_clock(self.tally.elapsed_s)}"
             + (f", ETA {_clock(eta)}" if eta is not None else "")
             + f"; {self.tally.best_text(self.metric)}"
         )

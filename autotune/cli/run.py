@@ -38,7 +38,7 @@ from autotune.defaults import (
 from autotune.engines import kill_all_servers
 from autotune.errors import InputError
 from autotune.objective import METRIC_NAMES, ObjectiveName
-from autotune.progress import Tally
+from autotune.progress import Tally, launched_value
 from autotune.replay.load import LoadSpec
 from autotune.run_setup import RunOptions, prepare_study
 from autotune.study import StudySpec, completed_count, completed_trials, run_log_path, run_study
@@ -337,11 +337,8 @@ def _deciding_margin(constraints: dict[str, float]) -> tuple[str, float] | None:
 def effective_cell(row: TrialRow, name: str) -> str:
     """A parameter as the trial launched it: where a derived rule replaced the searched
     value (2N-1 batched tokens), the flag's value, marked ``*``."""
-    searched = row.params.get(name)
-    launched = row.flags.get(name.replace("_", "-"), searched)
-    if launched != searched and not isinstance(launched, bool | dict | list):
-        return f"{_cell(launched)}*"
-    return _cell(searched)
+    value, replaced = launched_value(name, row.params.get(name), row.flags)
+    return f"{_cell(value)}*" if replaced else _cell(value)
 
 
 def _cell(value: object) -> str:

@@ -41,6 +41,8 @@ def test_export_serves_the_users_model_and_starts_the_lmcache_server(tmp_path: P
     logs = trial_logs(tmp_path / "studies" / "runs")
     block = re.search(r"Setting attention block size to (\d+) tokens", logs[0].read_text())
     assert block, "the simulator reports N in its startup log"
+    # The trial's line names what it launched with, not the searched value 2N-1 replaced.
+    assert f"max_num_batched_tokens={2 * int(block[1]) - 1}* " in run.stdout, run.stdout
 
     shell = subprocess.run(
         autotune_argv("export", "--format", "shell", "--storage", db),
