@@ -47,10 +47,14 @@ class Tally:
         self.maximize = maximize
         self.best = best  # (trial number, value), the study's best including earlier runs
         self.started = time.monotonic()
+        self._counted: set[int] = set()
 
     def record(self, trial: FrozenTrial) -> TrialRecord:
-        """Count a finished trial; returns its record."""
+        """Count a finished trial once, however many displays report it; returns its record."""
         record = TrialRecord.read(trial.user_attrs)
+        if trial.number in self._counted:
+            return record
+        self._counted.add(trial.number)
         if trial.state == TrialState.COMPLETE:  # FAIL (our own error) does not count
             self.done_now += 1
         value = trial.values[0] if trial.values else None

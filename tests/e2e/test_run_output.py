@@ -4,6 +4,8 @@ study, the resume banner, and the latency of the crowned config against the base
 from __future__ import annotations
 
 import re
+import shlex
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -97,3 +99,20 @@ def test_a_best_config_with_worse_latency_is_said_so(tmp_path: Path) -> None:
     assert int(found[4]) > 5
     assert f"warning: p95 TPOT is {found[4]}% worse than the baseline's" in out
     assert f"--slo 'tpot_p95<={found[3]}'" in out
+
+
+@pytest.mark.skipif(shutil.which("script") is None, reason="util-linux `script` not installed")
+@pytest.mark.timeout(240)
+def test_on_a_terminal_the_live_display_counts_each_trial_once_and_the_log_is_kept(
+    tmp_path: Path,
+) -> None:
+    """The live display and the log share one tally: trial 2/2 at the end, not 4/2."""
+    command = shlex.join(autotune_argv(*run_args(tmp_path, "--trials", "2")))
+    result = subprocess.run(["script", "-qec", command, "/dev/null"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=220)  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:]
+    screen = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", result.stdout)
+    assert "trial 2/2 · done" in screen
+    assert "trial 3/2" not in screen and "trial 4/2" not in screen
+    logged = (tmp_path / "studies" / "runs" / "night" / "run.log").read_text()
+    assert [m["pos"] for m in TRIAL_LINE.finditer(logged.replace("/2]", "/3]"))] == ["1", "2"]
