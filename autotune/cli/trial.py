@@ -56,6 +56,14 @@ def try_config(
         float, typer.Option("--time-scale", help="Simulator speed-up.")
     ] = DEFAULT_TIME_SCALE,
     vllm_executable: Annotated[str, typer.Option("--vllm-executable")] = "vllm",
+    sim_model: Annotated[
+        str | None,
+        typer.Option("--sim-model", help="Catalog model to simulate or pre-screen."),
+    ] = None,
+    max_model_len: Annotated[
+        int | None,
+        typer.Option("--max-model-len", help="Fix it (default: sized from the workload)."),
+    ] = None,
     tokenizer: Annotated[
         str | None,
         typer.Option(help="Served model's tokenizer (dir, tokenizer.json, cached name)."),
@@ -80,6 +88,8 @@ def try_config(
         load=load,
         time_scale=time_scale,
         vllm_executable=vllm_executable,
+        sim_model=sim_model,
+        max_model_len=max_model_len,
         tokenizer=tokenizer,
         prescreen=False,
     )
@@ -104,7 +114,7 @@ def try_config(
 
 
 def _say(line: str) -> None:
-    console().print(line, highlight=False)
+    console().print(line, highlight=False, soft_wrap=True)
 
 
 def parse_assignments(texts: list[str], space: SearchSpace) -> dict[str, Any]:

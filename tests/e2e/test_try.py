@@ -55,3 +55,23 @@ def test_try_rejects_bad_assignments(tmp_path: Path, assignment: str, message: s
     )  # fmt: skip
     assert result.returncode == 2
     assert message in result.stderr
+
+
+@pytest.mark.timeout(120)
+def test_try_simulates_a_catalog_model_under_the_users_name_and_max_model_len(
+    tmp_path: Path,
+) -> None:
+    result = subprocess.run(
+        autotune_argv("try", "--workload", str(SAMPLE_WORKLOAD), "--model", "/models/Qwen3.6-27B",
+                      "--sim-model", "qwen3.6-27b-awq", "--hardware", "rtx4080s-32g",
+                      "--time-scale", "50", "--max-requests", "2", "--max-model-len", "40000",
+                      "--json"),
+        cwd=tmp_path, capture_output=True, text=True, timeout=100,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    ok = json.loads(result.stdout)
+    assert ok["outcome"] == "ok"
+    argv = ok["argv"]
+    assert argv[argv.index("serve") + 1] == "qwen3.6-27b-awq"  # the simulated catalog model
+    assert argv[argv.index("--served-model-name") + 1] == "/models/Qwen3.6-27B"
+    assert argv[argv.index("--max-model-len") + 1] == "40000"
