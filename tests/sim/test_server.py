@@ -203,7 +203,7 @@ def test_mtp_fills_the_spec_decode_metrics_and_log_line() -> None:
     async def scenario(client: httpx.AsyncClient, api: Any) -> str:
         log = VllmLog(api_pid=1, engine_pid=2, stream=out)
         stats = asyncio.create_task(StatsLogger(api.runner, log, interval_s=10.0).run())
-        body = _chat(max_tokens=600, ignore_eos=True)
+        body = _chat(max_tokens=2000, ignore_eos=True)  # > 10 modelled s at MTP acceptance ~2.7
         await asyncio.gather(*(client.post("/v1/chat/completions", json=body) for _ in range(2)))
         stats.cancel()
         return (await client.get("/metrics")).text
