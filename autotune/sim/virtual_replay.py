@@ -246,7 +246,9 @@ class VirtualReplay:
                     continue
                 self._deliver(result)
             self._expire(engine.clock_s)
-            self._dispatch(engine.clock_s)  # a closed loop sends the moment a request ends
+            # A closed loop sends the moment a request ends, and sends due during the step are
+            # queued before the readings below, as a scrape at this time would find them.
+            self._dispatch(engine.clock_s)
             counters = engine.counters
             self.peak_running = max(self.peak_running, counters.num_running)
             self.peak_waiting = max(self.peak_waiting, counters.num_waiting)
