@@ -88,7 +88,7 @@ class HttpDriver:
                     policy.close()
                 for send in policy.due(self.now_s()):
                     self._start(send)
-                next_s = None if policy.closed else policy.next_send_s()
+                next_s = policy.next_send_s()
                 if next_s is None and self.in_flight == 0:
                     return
                 self._wake.clear()

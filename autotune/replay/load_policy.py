@@ -6,7 +6,8 @@ the drivers own the clocks, the sockets and the scheduler. It is clock-free:
 every call says the modelled time (seconds since the replay began) it is made
 at. A driver's loop:
 
-- ``next_send_s()``: when the next send is due (None: nothing pending);
+- ``next_send_s()``: when the next send is due (None: nothing pending, and
+  once the run is closed nothing ever is);
 - ``due(now_s)``: the sends to make now, each counted against the budget;
 - ``finished(send, end_s)``: a sent request ended, or was abandoned: its slot
   takes the next request or session, its dependents get their gap;
@@ -126,20 +127,21 @@ class LoadPolicy:
     def may_send(self, now_s: float) -> bool:
         """Whether a request may still be sent at ``now_s`` (closing the run past its duration)."""
         if self.load.duration_s is not None and now_s >= self.load.duration_s:
-            self.closed = True
+            self.close()
         if self.closed:
             return False
         return self.load.max_requests is None or self.sent < self.load.max_requests
 
     def close(self) -> None:
-        """No more sends; requests in flight finish."""
+        """No more sends (what was pending is dropped); requests in flight finish."""
         self.closed = True
+        self._pending.clear()
 
     def stop(self, reason: str) -> None:
         """Stop early for ``reason`` (the first reason is kept); no more sends."""
         if self.stop_reason is None:
             self.stop_reason = reason
-        self.closed = True
+        self.close()
 
     def wait_s(self, plan_gap_s: float) -> float:
         """Modelled seconds to wait for a recorded gap (timing scale, then the cap)."""
@@ -154,21 +156,14 @@ class LoadPolicy:
         return self._pending[0][0] if self._pending else None
 
     def due(self, now_s: float) -> list[Send]:
-        """The pending sends due by ``now_s`` that may go, each counted against the budget.
-
-        A send the budget refuses is skipped as if finished at ``now_s`` (its
-        dependents and its slot then find the run closed too).
-        """
+        """The pending sends due by ``now_s``, each counted against the budget (which may
+        close the run: then nothing more is pending)."""
         sends: list[Send] = []
-        while self._pending and self._pending[0][0] <= now_s:
-            send = heapq.heappop(self._pending)[2]
-            if self.may_send(now_s):
-                self.sent += 1
-                if self.load.max_requests is not None and self.sent >= self.load.max_requests:
-                    self.closed = True
-                sends.append(send)
-            else:
-                self.finished(send, now_s)
+        while self._pending and self._pending[0][0] <= now_s and self.may_send(now_s):
+            sends.append(heapq.heappop(self._pending)[2])
+            self.sent += 1
+            if self.load.max_requests is not None and self.sent >= self.load.max_requests:
+                self.close()
         return sends
 
     def finished(self, send: Send, end_s: float) -> None:
@@ -186,7 +181,8 @@ class LoadPolicy:
                 self._next_unit(end_s)
 
     def _push(self, send: Send) -> None:
-        heapq.heappush(self._pending, (send.at_s, next(self._order), send))
+        if not self.closed:
+            heapq.heappush(self._pending, (send.at_s, next(self._order), send))
 
     def _rounds(self) -> Iterator[tuple[str | None, str]]:
         """Round 0 as planned; later rounds (recycling) with a fresh salt each."""

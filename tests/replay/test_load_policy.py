@@ -147,17 +147,22 @@ def test_warmup_completions_are_out_of_the_window() -> None:
     assert policy.window_duration_s() == 4.0 - 1.5
 
 
-def test_closing_skips_pending_dependents_without_sending() -> None:
+def test_closing_drops_what_is_pending_and_sends_nothing_more() -> None:
     policy = LoadPolicy(make_plan(sessions=2, turns=3, gap_s=5.0), LoadSpec(mode="sessions"))
     first = policy.due(0.0)
-    for send in first:
-        policy.finished(send, 1.0)
+    policy.finished(first[0], 1.0)
+    assert policy.next_send_s() == 6.0
     policy.close()
-    skipped = 0
-    while (next_s := policy.next_send_s()) is not None:
-        assert policy.due(next_s) == []  # each turn skipped in its turn, none sent
-        skipped += 1
-    assert skipped == 2 and policy.sent == 2
+    policy.finished(first[1], 2.0)  # a request in flight ends after the close
+    assert policy.next_send_s() is None and policy.due(100.0) == [] and policy.sent == 2
+
+
+def test_a_stop_keeps_its_first_reason() -> None:
+    policy = LoadPolicy(make_plan(sessions=2), LoadSpec(mode="concurrency"))
+    policy.stop("saturated: first")
+    policy.stop("server unreachable: later")
+    assert policy.stop_reason == "saturated: first" and policy.closed
+    assert policy.next_send_s() is None and policy.saturation(100, 100) is None
 
 
 def test_rising_without_bound() -> None:
