@@ -17,8 +17,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from autotune.calibration_measure import measure_cells
 from autotune.engines import VllmEngine
-from autotune.sim.calibration_measure import measure_cells
 from autotune.sim.calibration_points import MeasuredPoint, save_points
 from autotune.trial_config import TrialConfig
 

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from autotune.calibration_study import study_targets
 from autotune.cli._common import StorageOption, console, handle_errors
 from autotune.compare import catalog_gpu
 from autotune.defaults import DEFAULT_STORAGE_URL
@@ -15,7 +16,6 @@ from autotune.errors import InputError
 from autotune.sim.calibrate import Target, calibrate, point_target
 from autotune.sim.calibration import CalibrationProfile, save_profile
 from autotune.sim.calibration_points import load_points
-from autotune.sim.calibration_study import study_targets
 from autotune.sim.hardware import get_gpu
 from autotune.sim.models import get_model
 from autotune.sim.speed_constants import DEFAULT_CONSTANTS
