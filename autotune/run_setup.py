@@ -36,6 +36,8 @@ from autotune.sim.prompt import PromptRenderer
 from autotune.space import SearchSpace, default_space_path, load_space
 from autotune.study import SAMPLERS, StudySpec, default_study_name
 from autotune.study_reader import default_artifact_dir
+from autotune.tuner.predictor import SimOracle
+from autotune.tuner.session import TunerSettings
 from autotune.workload import load_plan
 from autotune.workload.hf_tokenizer import HfTokenizer
 from autotune.workload.plan import PlannedRequest, WorkloadPlan
@@ -82,6 +84,7 @@ class RunOptions(BaseModel):
     prescreen: bool = True  # ask the memory model before launching
     artifacts_dir: Path | None = None
     heartbeat_interval_s: int = Field(default=DEFAULT_HEARTBEAT_S, ge=1)
+    tuner: TunerSettings = TunerSettings()
 
 
 def prepare_study(options: RunOptions, *, say: Callable[[str], None] | None = None) -> StudySpec:
@@ -98,7 +101,7 @@ def prepare_study(options: RunOptions, *, say: Callable[[str], None] | None = No
         raise InputError(f"--engine: unknown engine {options.engine!r} (known: sim, vllm)")
     if options.sampler not in SAMPLERS:
         raise InputError(
-            f"--sampler: unknown sampler {options.sampler!r} (known: gp, tpe, random, grid)"
+            f"--sampler: unknown sampler {options.sampler!r} (known: {', '.join(SAMPLERS)})"
         )
     if not options.workload.exists():
         raise InputError(f"--workload {options.workload}: no such file")
@@ -151,6 +154,9 @@ def prepare_study(options: RunOptions, *, say: Callable[[str], None] | None = No
             max_prompt_tokens=longest,
         )
         gpu = options.hardware
+        oracle = try_oracle(
+            options.hardware, options.sim_model or options.model, plan, options.load, goal
+        )
     else:
         engine = make_engine("vllm", executable=options.vllm_executable)
         prescreen = try_prescreen(
@@ -159,6 +165,7 @@ def prepare_study(options: RunOptions, *, say: Callable[[str], None] | None = No
             certain_above=REAL_ENGINE_CERTAIN_OOM_MARGIN,
             max_prompt_tokens=longest,
         )
+        oracle = try_oracle(options.hardware, options.sim_model, plan, options.load, goal)
         gpu = options.hardware or engine.hardware().gpu_name.replace(" ", "-").lower()
     name = options.study or default_study_name(
         options.model, gpu, plan.name, [o.value for o in goal.objectives]
@@ -187,6 +194,8 @@ def prepare_study(options: RunOptions, *, say: Callable[[str], None] | None = No
         artifacts_dir=artifacts,
         runs_dir=artifacts.parent / "runs",
         heartbeat_interval_s=options.heartbeat_interval_s,
+        tuner=options.tuner,
+        oracle=oracle,
     )
 
 
@@ -264,3 +273,17 @@ def _preflight(
         fixed_max_model_len=int(fixed) if fixed is not None else None,
         max_error_rate=options.max_error_rate,
     )
+
+
+def try_oracle(
+    hardware: str | None, sim_model: str | None, plan: WorkloadPlan, load: LoadSpec, goal: Goal
+) -> SimOracle | None:
+    """The simulator's predictor for the guided search, when both names are in its catalogs."""
+    if hardware is None or sim_model is None:
+        return None
+    try:
+        get_gpu(hardware)
+        get_model(sim_model)
+    except InputError:
+        return None
+    return SimOracle(hardware=hardware, sim_model=sim_model, plan=plan, load=load, goal=goal)

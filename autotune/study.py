@@ -8,9 +8,11 @@ specified in docs/architecture.md ("What a study stores").
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import tempfile
 import warnings
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -29,7 +31,7 @@ from autotune.defaults import (
     DEFAULT_TRIALS,
 )
 from autotune.engines.base import BaseEngine
-from autotune.errors import StorageError, StudyMismatchError
+from autotune.errors import InputError, StorageError, StudyMismatchError
 from autotune.objective import Goal, Score, request_slo, score
 from autotune.replay.load import LoadSpec
 from autotune.replay.records import RequestRecord
@@ -38,10 +40,14 @@ from autotune.space import SearchSpace
 from autotune.trial import Prescreen, TrialResult, derive_config, run_trial
 from autotune.trial_config import TrialConfig
 from autotune.trial_record import TrialRecord, outcome_text
+from autotune.tuner.guide import PredictionCache
+from autotune.tuner.lattice import config_key
+from autotune.tuner.predictor import SimOracle
+from autotune.tuner.session import Tuner, TunerSettings
 from autotune.vocabulary import Outcome
 from autotune.workload.plan import WorkloadPlan
 
-SAMPLERS = ("gp", "tpe", "random", "grid")
+SAMPLERS = ("guided", "gp", "tpe", "random", "grid")
 IDENTITY_ATTRS = ("space_digest", "workload_digest", "objectives", "engine", "model")
 
 
@@ -83,6 +89,11 @@ class StudySpec:
     runs_dir: Path = DEFAULT_RUNS_DIR
     heartbeat_interval_s: int = DEFAULT_HEARTBEAT_S
     token_note: str | None = None  # why the plan is not token-exact for the served model
+    tuner: TunerSettings = field(default_factory=TunerSettings)
+    oracle: SimOracle | None = None  # the simulator's prediction of any config (warm start)
+    prediction_cache: PredictionCache | None = None
+    # How a config is measured; None: launch the engine (benchmarks answer in-process).
+    measure: Callable[[StudySpec, TrialConfig, Path], TrialResult] | None = None
 
 
 def open_storage(
@@ -123,10 +134,23 @@ def make_sampler(
     space: SearchSpace,
     n_trials: int | None,
     engine_version: str | None,
+    tuner: Tuner | None = None,
 ) -> optuna.samplers.BaseSampler:
-    """GPSampler by default (constraint-aware); TPE, random and grid on request."""
+    """The simulator-guided sampler by default; GP, TPE, random and grid on request.
+
+    "guided" falls back to TPE when there is no simulator prediction to steer by.
+    """
     startup = min(10, max(4, (n_trials or 30) // 3))
+    if name == "guided" and tuner is not None and tuner.sampler is not None:
+        return tuner.sampler
+    if name == "guided":
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup)
     if name == "gp":
+        if importlib.util.find_spec("torch") is None:
+            raise InputError(
+                "--sampler gp needs torch, which the default install leaves out: "
+                "pip install -e '.[gp]' (or use the default sampler, guided)"
+            )
         return optuna.samplers.GPSampler(
             seed=seed, n_startup_trials=startup, warn_independent_sampling=False
         )
@@ -172,7 +196,10 @@ def study_attrs(spec: StudySpec, engine_version: str) -> dict[str, Any]:
 
 
 def create_or_resume(
-    spec: StudySpec, storage: optuna.storages.BaseStorage, engine_version: str
+    spec: StudySpec,
+    storage: optuna.storages.BaseStorage,
+    engine_version: str,
+    tuner: Tuner | None = None,
 ) -> optuna.Study:
     """Create the study, or load it and refuse to resume with another space/workload/goal."""
     sampler = make_sampler(
@@ -181,6 +208,7 @@ def create_or_resume(
         space=spec.space,
         n_trials=spec.n_trials,
         engine_version=engine_version,
+        tuner=tuner,
     )
     attrs = study_attrs(spec, engine_version)
     existing = {summary.study_name: summary for summary in optuna.get_all_study_summaries(storage)}
@@ -232,12 +260,17 @@ def run_study(spec: StudySpec, *, observer: StudyObserver | None = None) -> optu
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     storage = open_storage(spec.storage_url, heartbeat_interval_s=spec.heartbeat_interval_s)
     engine_version = spec.engine.version()
-    study = create_or_resume(spec, storage, engine_version)
+    tuner = make_tuner(spec, engine_version)
+    if observer is not None and tuner.describe():
+        observer.on_phase(tuner.describe() or "")
+    study = create_or_resume(spec, storage, engine_version, tuner)
     if spec.sampler != "grid":  # GridSampler ignores enqueued points; it meets the baseline
         baseline = spec.space.baseline_params(engine_version)
         study.enqueue_trial(
             baseline, user_attrs=TrialRecord(is_baseline=True).attrs(), skip_if_exists=True
         )
+    if completed_count(study) == 0:
+        tuner.seed(study)
 
     remaining = None if spec.n_trials is None else spec.n_trials - completed_count(study)
     if remaining is not None and remaining <= 0:
@@ -251,7 +284,7 @@ def run_study(spec: StudySpec, *, observer: StudyObserver | None = None) -> optu
         callbacks.append(
             lambda study, trial: observer.on_trial_end(trial, trial_outcome(trial), study)
         )
-    runner = _TrialRunner(spec, study, engine_version, observer)
+    runner = _TrialRunner(spec, study, engine_version, observer, tuner)
     # FAIL trials (our own errors) do not count towards n_trials, but a run of
     # them must not loop forever: attempts are capped.
     max_attempts = None if remaining is None else 2 * remaining + 5
@@ -262,7 +295,30 @@ def run_study(spec: StudySpec, *, observer: StudyObserver | None = None) -> optu
         callbacks=callbacks,
         catch=(Exception,),
     )
+    confirm_callbacks = callbacks[1:] if spec.n_trials is not None else callbacks
+    tuner.confirm(
+        study,
+        lambda count: study.optimize(
+            runner, n_trials=count, callbacks=confirm_callbacks, catch=(Exception,)
+        ),
+    )
     return study
+
+
+def make_tuner(spec: StudySpec, engine_version: str) -> Tuner:
+    """The tuner of this run; it predicts the whole space when the sampler is guided."""
+    return Tuner(
+        spec.tuner,
+        space=spec.space,
+        model=spec.model,
+        engine_version=engine_version,
+        prescreen=spec.prescreen,
+        oracle=spec.oracle if len(spec.goal.objectives) == 1 else None,
+        maximize=spec.goal.directions[0] == "maximize",
+        guided=spec.sampler == "guided",
+        seed=spec.seed,
+        cache=spec.prediction_cache,
+    )
 
 
 class _TrialRunner:
@@ -274,13 +330,16 @@ class _TrialRunner:
         study: optuna.Study,
         engine_version: str,
         observer: StudyObserver | None,
+        tuner: Tuner,
     ) -> None:
         self.spec = spec
+        self.tuner = tuner
         self.study = study
         self.engine_version = engine_version
         self.observer = observer
         self.artifacts = FileSystemArtifactStore(str(_ensure_dir(spec.artifacts_dir)))
         self.baseline = spec.space.baseline_params(engine_version)
+        tuner.rebuild(study, lambda params: config_key(self._config(params)))
 
     def _baseline_seen(self) -> bool:
         trials = self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
@@ -297,6 +356,10 @@ class _TrialRunner:
             if self.observer is not None:
                 self.observer.on_trial_start(trial.number, params, is_baseline)
             config = self._config(params)
+            key = config_key(config)
+            twin = self.tuner.twin(key, trial)
+            if twin is not None:
+                return self._repeat(trial, twin)
             result = self._run(trial, params, config)
         except Exception as exc:
             # Our own failure, not the server's: FAIL with the reason; samplers forget it.
@@ -309,7 +372,22 @@ class _TrialRunner:
                 retry = TrialRecord(is_baseline=enqueued.is_baseline, retry_of=trial.number)
                 self.study.enqueue_trial(trial.params, user_attrs=retry.attrs())
             raise
-        return self._finish(trial, result, is_baseline, enqueued.retry_of)
+        values = self._finish(trial, result, is_baseline, enqueued.retry_of)
+        listed = values if isinstance(values, list) else [values]
+        self.tuner.record(
+            trial, key, listed if trial.user_attrs.get("measured") else None, trial.constraints
+        )
+        return values
+
+    def _repeat(self, trial: optuna.Trial, twin: Any) -> float | list[float]:
+        """No launch: this effective config was measured in trial ``twin.first_trial``."""
+        trial.set_user_attr("duplicate_of", twin.first_trial)
+        trial.set_user_attr("outcome", Outcome.DUPLICATE.value)
+        trial.set_user_attr("measured", False)
+        for key, value in twin.constraints.items():
+            trial.set_constraint(key, value)
+        values = twin.values if twin.values is not None else self._placeholder()
+        return values[0] if len(values) == 1 else values
 
     def _config(self, params: dict[str, Any]) -> TrialConfig:
         return derive_config(
@@ -331,6 +409,8 @@ class _TrialRunner:
                 rule_violations=violations,
             )
         log_path = spec.runs_dir / _slug(spec.name) / f"trial-{trial.number:04d}" / "server.log"
+        if spec.measure is not None:
+            return spec.measure(spec, config, log_path)
         return run_configured_trial(spec, config, log_path=log_path, observer=self.observer)
 
     def _finish(

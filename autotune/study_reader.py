@@ -162,6 +162,9 @@ class LoadedStudy:
 
         Raises ``InputError`` when no trial is feasible yet.
         """
+        winner = self.study.user_attrs.get("winner")  # the tuner's crown (autotune.tuner)
+        if winner and not self.multi_objective and winner.get("trial") in self._by_number:
+            return self._by_number[winner["trial"]]
         candidates = self.pareto() if self.multi_objective else self.feasible_measured()
         if not candidates:
             raise InputError(f"study {self.name!r}: no feasible trial has completed yet")

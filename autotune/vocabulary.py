@@ -47,6 +47,7 @@ class Outcome(StrEnum):
     OWN_ERROR = "error"  # autotune itself failed (a FAIL trial; the reason is stored)
     NO_REQUESTS = "no-requests"  # the replay completed nothing
     TRIAL_TIMEOUT = "trial-timeout"  # the trial ran past --trial-timeout
+    DUPLICATE = "duplicate"  # the same launch as an earlier trial: its result, no launch
 
 
 # A trial's stored outcome is an Outcome or a FailureClass value.

@@ -43,6 +43,8 @@ from autotune.replay.load import LoadSpec
 from autotune.run_setup import RunOptions, prepare_study
 from autotune.study import StudySpec, completed_count, completed_trials, run_log_path, run_study
 from autotune.study_reader import LoadedStudy, TrialRow, load_study, study_names
+from autotune.tuner.kv_bounds import kv_bound_warning
+from autotune.tuner.session import TunerSettings
 
 WIDE_SHOW_COLUMNS = 160  # below this width `show` lists parameters under the table
 
@@ -104,8 +106,23 @@ def run(
     storage: StorageOption = DEFAULT_STORAGE_URL,
     study: StudyOption = None,
     sampler: Annotated[
-        str, typer.Option("--sampler", help="gp, tpe, random or grid.")
+        str,
+        typer.Option("--sampler", help="guided (the simulator steers), gp, tpe, random or grid."),
     ] = DEFAULT_SAMPLER,
+    warm_start: Annotated[
+        int, typer.Option("--warm-start", help="Predicted-best configs tried first (0: off).")
+    ] = 4,
+    learn: Annotated[
+        bool,
+        typer.Option("--learn/--no-learn", help="Learn where the simulator is wrong (guided)."),
+    ] = True,
+    confirm: Annotated[
+        int, typer.Option("--confirm", help="Top configs re-measured before crowning (0: off).")
+    ] = 3,
+    dedup: Annotated[
+        bool,
+        typer.Option("--dedup/--no-dedup", help="Never launch the same effective config twice."),
+    ] = True,
     seed: Annotated[int | None, typer.Option("--seed")] = None,
     slo: Annotated[
         list[str] | None, typer.Option("--slo", help="e.g. ttft_p95<=2s (repeatable).")
@@ -178,6 +195,7 @@ def run(
         max_model_len=max_model_len,
         prescreen=prescreen,
         heartbeat_interval_s=heartbeat_interval,
+        tuner=TunerSettings(warm_start=warm_start, learn=learn, confirm=confirm, dedup=dedup),
     )
     out = console()
     found: list[str] = []
@@ -187,6 +205,11 @@ def run(
         found.append(line)
 
     spec = prepare_study(options, say=say_found)
+    bound = kv_bound_warning(
+        spec.space, model=spec.model, engine_version=None, prescreen=spec.prescreen
+    )
+    if bound:
+        say_found(f"[yellow]warning[/yellow]: {bound}")
     resuming = completed_trials(spec) is not None  # storage errors first, before any file
     output = RunOutput(out, run_log_path(spec))
     try:

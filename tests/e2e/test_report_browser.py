@@ -140,8 +140,10 @@ def test_console_capture_sees_a_broken_page(tmp_path: Path) -> None:
 
 
 def _best_trial(storage_url: str) -> optuna.trial.FrozenTrial:
+    """The trial the tool hands over: the tuner's crown after confirmation."""
     name = optuna.get_all_study_names(storage_url)[0]
-    return optuna.load_study(study_name=name, storage=storage_url).best_trial
+    study = optuna.load_study(study_name=name, storage=storage_url)
+    return study.trials[study.user_attrs["winner"]["trial"]]
 
 
 def test_export_formats_on_a_simulated_study(sim_study: tuple[str, Path]) -> None:

@@ -25,7 +25,7 @@ from tests.e2e.conftest import (
 
 OOM_SPACE = REPO / "tests" / "e2e" / "data" / "oom-boundary.yaml"
 FITS_SPACE = REPO / "tests" / "e2e" / "data" / "fits.yaml"
-FAST = ["--time-scale", "50", "--max-requests", "10", "--concurrency", "4"]
+FAST = ["--time-scale", "50", "--max-requests", "10", "--concurrency", "4", "--confirm", "0"]
 
 
 def run_args(db: Path, *extra: str, study: str = "e2e", space: Path = OOM_SPACE) -> list[str]:

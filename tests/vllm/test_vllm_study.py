@@ -40,6 +40,8 @@ def test_three_trial_study_on_real_vllm(tmp_path):
         "--workload", str(workload),
         "--trials", "3",
         "--sampler", "grid",
+        "--confirm", "0",
+        "--no-dedup",
         "--seed", "0",
         "--mode", "concurrency",
         "--concurrency", "4",

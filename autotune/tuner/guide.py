@@ -1,0 +1,162 @@
+"""Warm start: predict every effective config once, then rank, with diversity.
+
+``build_guide`` enumerates the lattice (autotune.tuner.lattice), drops what the
+memory pre-screen rejects, predicts the rest with the simulator (worker
+processes; a cache keyed by the launch keeps repeat runs free) and keeps the
+predicted objective of each. The sampler and the warm-start seeds read it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import MutableMapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import optuna
+
+from autotune.objective import Score
+from autotune.space import SearchSpace
+from autotune.trial import Prescreen
+from autotune.tuner.lattice import Candidate, enumerate_effective
+from autotune.tuner.predictor import SimOracle, predict_all
+
+MIN_SEED_DISTANCE = 0.25  # warm-start seeds differ by at least this (one categorical = 1)
+# Two configs predicted within this (log) of each other and closer than EQUIVALENT_DISTANCE
+# are taken as the same behaviour (e.g. max-num-seqs above the load's concurrency):
+# one of them is enough to launch.
+SAME_PREDICTION = 0.002
+EQUIVALENT_DISTANCE = 0.75
+
+PredictionCache = MutableMapping[str, Score | None]
+# Enumerations of this process, by space, model, engine version and pre-screen: a
+# benchmark runs many studies of one space; a run enumerates once.
+_ENUMERATIONS: dict[tuple, list[Candidate]] = {}
+
+
+@dataclass
+class Guide:
+    """The lattice's candidates with their predicted utility (log value; higher is better)."""
+
+    candidates: list[Candidate]
+    utility: np.ndarray  # NaN where predicted infeasible or not predictable
+    coords: np.ndarray  # one row per candidate (see ``encode``)
+    encode: Any  # params -> coordinate row
+    seconds: float = 0.0  # time spent enumerating and predicting
+    by_key: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.by_key = {candidate.key: index for index, candidate in enumerate(self.candidates)}
+
+    @property
+    def predicted(self) -> int:
+        return int(np.isfinite(self.utility).sum())
+
+    def diverse_top(self, count: int, *, exclude: set[str] = frozenset()) -> list[Candidate]:
+        """The ``count`` best predicted candidates, each far enough from the ones before."""
+        order = [i for i in np.argsort(-np.nan_to_num(self.utility, nan=-np.inf))]
+        order = [
+            i
+            for i in order
+            if np.isfinite(self.utility[i]) and self.candidates[i].key not in exclude
+        ]
+        picked: list[int] = []
+        for i in order:
+            if len(picked) == count:
+                break
+            if not any(self._redundant(i, j) for j in picked):
+                picked.append(i)
+        return [self.candidates[i] for i in picked]
+
+    def _redundant(self, i: int, j: int) -> bool:
+        distance = float(np.linalg.norm(self.coords[i] - self.coords[j]))
+        if distance < MIN_SEED_DISTANCE:
+            return True
+        same = abs(self.utility[i] - self.utility[j]) < SAME_PREDICTION
+        return bool(same and distance < EQUIVALENT_DISTANCE)
+
+    def equivalent_to(self, keys: set[str]) -> np.ndarray:
+        """Mask of candidates that are one of ``keys`` or behave like one as far as the
+        simulator can tell (the same prediction, near in the space)."""
+        mask = np.array([c.key in keys for c in self.candidates], dtype=bool)
+        for j in (self.by_key[key] for key in keys if key in self.by_key):
+            if not np.isfinite(self.utility[j]):
+                continue
+            near = np.linalg.norm(self.coords - self.coords[j], axis=1) < EQUIVALENT_DISTANCE
+            same = np.abs(self.utility - self.utility[j]) < SAME_PREDICTION
+            mask |= near & same
+        return mask
+
+
+def utility_of(value: float, maximize: bool) -> float:
+    """Log value, sign-flipped when minimising: ratios become differences."""
+    safe = max(value, 1e-9)
+    return math.log(safe) if maximize else -math.log(safe)
+
+
+def make_encoder(space: SearchSpace, engine_version: str | None) -> Any:
+    """params -> coordinates: numeric parameters by their position on the ladder (0..1,
+    log-scaled where the space is), categoricals one-hot so that any change is distance 1."""
+    distributions = space.distributions(engine_version)
+
+    def encode(params: dict[str, Any]) -> np.ndarray:
+        row: list[float] = []
+        for name, dist in distributions.items():
+            value = params.get(name)
+            if isinstance(dist, optuna.distributions.CategoricalDistribution):
+                row += [(1.0 if value == choice else 0.0) / math.sqrt(2) for choice in dist.choices]
+            elif dist.high == dist.low:
+                row.append(0.0)
+            elif dist.log:
+                row.append(math.log(value / dist.low) / math.log(dist.high / dist.low))
+            else:
+                row.append((value - dist.low) / (dist.high - dist.low))
+        return np.array(row)
+
+    return encode
+
+
+def build_guide(
+    space: SearchSpace,
+    *,
+    model: str,
+    engine_version: str | None,
+    prescreen: Prescreen | None,
+    oracle: SimOracle,
+    maximize: bool,
+    cache: PredictionCache | None = None,
+) -> Guide:
+    """Enumerate, pre-screen and predict the whole lattice (see the module docstring)."""
+    started = time.monotonic()
+    memo_key = (space.digest(), model, engine_version, id(prescreen))
+    if memo_key not in _ENUMERATIONS:
+        _ENUMERATIONS[memo_key] = [
+            c
+            for c in enumerate_effective(
+                space, model=model, engine_version=engine_version, prescreen=prescreen
+            )
+            if c.memory is None or c.memory.fits
+        ]
+    candidates = _ENUMERATIONS[memo_key]
+    cache = {} if cache is None else cache
+    missing = [c for c in candidates if c.key not in cache]
+    for candidate, scored in zip(
+        missing, predict_all(oracle, [c.config for c in missing]), strict=True
+    ):
+        cache[candidate.key] = scored
+    utility = np.full(len(candidates), np.nan)
+    for index, candidate in enumerate(candidates):
+        scored = cache[candidate.key]
+        if scored is not None and scored.feasible and scored.values:
+            utility[index] = utility_of(scored.values[0], maximize)
+    encode = make_encoder(space, engine_version)
+    coords = np.array([encode(c.params) for c in candidates]) if candidates else np.zeros((0, 0))
+    return Guide(
+        candidates=candidates,
+        utility=utility,
+        coords=coords,
+        encode=encode,
+        seconds=time.monotonic() - started,
+    )

@@ -1,0 +1,109 @@
+"""The lattice of effective configs: every distinct launch a space can make, deduplicated.
+
+Each parameter gets a short ladder of values (all choices; powers of two for
+log-scaled integers; at most ``MAX_LINEAR_POINTS`` step-aligned values for
+linear ranges). The product is filtered by the space's rules, turned into
+TrialConfigs through the same derivation as a trial (``derive_config``), and
+deduplicated on the flags that are launched: a derived rule that overrides a
+searched value (2N-1 batched tokens with MTP and LMCache on) makes many
+searched points one launch.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+
+from autotune.space import SearchSpace
+from autotune.trial import MemoryEstimate, Prescreen, derive_config
+from autotune.trial_config import TrialConfig
+
+MAX_LINEAR_POINTS = 8  # a linear range gets at most this many values
+LOG_POINTS = 9  # a log-scaled float range gets this many values
+
+
+@dataclass
+class Candidate:
+    """One effective config of the lattice."""
+
+    params: dict[str, Any]
+    config: TrialConfig
+    key: str  # identity of the launch: model + flags
+    memory: MemoryEstimate | None = None
+
+
+def config_key(config: TrialConfig) -> str:
+    """What makes two trials the same launch: the model and the flags (env aside)."""
+    return json.dumps([config.model, config.flags], sort_keys=True, default=str)
+
+
+def ladder(distribution: Any) -> list[Any]:
+    """The values of one parameter the lattice visits (see the module docstring)."""
+    dists = optuna.distributions
+    if isinstance(distribution, dists.CategoricalDistribution):
+        return list(distribution.choices)
+    low, high = distribution.low, distribution.high
+    is_int = isinstance(distribution, dists.IntDistribution)
+    if distribution.log and is_int:
+        powers = [2**e for e in range(math.ceil(math.log2(low)), math.floor(math.log2(high)) + 1)]
+        return sorted({low, high, *powers})
+    if distribution.log:
+        ratio = (high / low) ** (1 / (LOG_POINTS - 1))
+        return [low * ratio**i for i in range(LOG_POINTS - 1)] + [high]
+    step = distribution.step or (high - low) / (MAX_LINEAR_POINTS - 1)
+    count = round((high - low) / step) + 1
+    stride = max(1, math.ceil((count - 1) / (MAX_LINEAR_POINTS - 1)))
+    indices = list(range(0, count, stride))
+    if indices[-1] != count - 1:
+        indices.append(count - 1)
+    values = [low + i * step for i in indices]
+    return [int(v) for v in values] if is_int else [round(v, 9) for v in values]
+
+
+def lattice_params(space: SearchSpace, engine_version: str | None) -> list[dict[str, Any]]:
+    """Every lattice point that the space's rules allow (before deduplication)."""
+    distributions = space.distributions(engine_version)
+    names = list(distributions)
+    ladders = [ladder(distributions[name]) for name in names]
+    points = (dict(zip(names, values, strict=True)) for values in itertools.product(*ladders))
+    return [params for params in points if not space.rule_violations(params)]
+
+
+def enumerate_effective(
+    space: SearchSpace,
+    *,
+    model: str,
+    engine_version: str | None,
+    prescreen: Prescreen | None = None,
+    reported_block_size: int | None = None,
+) -> list[Candidate]:
+    """The distinct effective configs of the lattice, in lattice order, each with its memory."""
+    seen: dict[str, Candidate] = {}
+    memo: dict[str, MemoryEstimate | None] = {}
+
+    def screen(config: TrialConfig) -> MemoryEstimate | None:
+        key = config_key(config)
+        if key not in memo:
+            memo[key] = prescreen(config) if prescreen is not None else None
+        return memo[key]
+
+    for params in lattice_params(space, engine_version):
+        config = derive_config(
+            space,
+            params,
+            model=model,
+            engine_version=engine_version,
+            reported_block_size=reported_block_size,
+            prescreen=screen if prescreen is not None else None,
+        )
+        key = config_key(config)
+        if key in seen:
+            continue
+        memory = screen(config)
+        seen[key] = Candidate(params=params, config=config, key=key, memory=memory)
+    return list(seen.values())

@@ -1,0 +1,67 @@
+"""Measured effective configs of a study: no launch for a known answer.
+
+Keys are the launched flags (lattice.config_key), so two parameter sets that
+derived rules map to the same launch share one measurement. Confirmation
+re-measurements are added to the same key; ``Measured`` keeps them all.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Measured:
+    """Everything measured for one effective config."""
+
+    key: str
+    params: dict
+    first_trial: int
+    values: list[float] | None  # the first measurement's objective values (None: unmeasured)
+    constraints: dict[str, float]
+    feasible: bool
+    samples: list[float] = field(default_factory=list)  # first objective, every measurement
+    trials: list[int] = field(default_factory=list)
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.samples)
+
+    @property
+    def spread(self) -> float:
+        """Sample standard deviation of the measurements (0 with one)."""
+        return statistics.stdev(self.samples) if len(self.samples) > 1 else 0.0
+
+
+class MeasuredIndex:
+    """Effective config key -> what was measured for it."""
+
+    def __init__(self) -> None:
+        self.by_key: dict[str, Measured] = {}
+
+    def get(self, key: str) -> Measured | None:
+        return self.by_key.get(key)
+
+    def add(
+        self,
+        key: str,
+        *,
+        params: dict,
+        trial: int,
+        values: list[float] | None,
+        constraints: dict[str, float],
+        measured: bool,
+    ) -> Measured:
+        """Record one trial; a later trial of a known key adds a sample to it."""
+        feasible = measured and all(v <= 0 for v in constraints.values())
+        entry = self.by_key.get(key)
+        if entry is None:
+            entry = Measured(key, params, trial, values, constraints, feasible)
+            self.by_key[key] = entry
+        elif not feasible:
+            entry.feasible = False  # a config that failed once is not crowned
+        if measured and values:
+            entry.samples.append(values[0])
+        entry.trials.append(trial)
+        return entry

@@ -1,0 +1,114 @@
+"""The simulator as an in-process oracle: a TrialConfig -> what a trial would measure.
+
+``predict_config`` maps a launch config onto the simulator (the catalog model
+and GPU stand in for the user's), predicts a whole replay in virtual time and
+returns the Prediction; ``predict_all`` does that for many configs, on worker
+processes when there are many.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import multiprocessing
+import os
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+
+from autotune.errors import InputError
+from autotune.objective import Goal, Score, request_slo, score
+from autotune.prescreen import memory_margin
+from autotune.replay.load import LoadSpec
+from autotune.sim.calibration import CalibrationProfile
+from autotune.sim.config import SimConfig
+from autotune.sim.flags import parse_serve_args
+from autotune.sim.predict import Prediction, predict
+from autotune.trial_config import TrialConfig
+from autotune.workload.plan import WorkloadPlan
+
+PARALLEL_ABOVE = 64  # fewer configs than this are predicted in this process
+MAX_WORKERS = 8
+
+
+@dataclass(frozen=True)
+class SimOracle:
+    """Everything a prediction needs besides the config."""
+
+    hardware: str  # GPU catalog name
+    sim_model: str  # model catalog name
+    plan: WorkloadPlan
+    load: LoadSpec
+    goal: Goal
+    calibration: CalibrationProfile | None = None  # speed constants; None: the defaults
+
+    def sim_config(self, config: TrialConfig) -> SimConfig | None:
+        """The simulator's view of ``config``; None when the simulator rejects its flags."""
+        argv = [self.sim_model, *config.vllm_args()[1:], "--hardware", self.hardware]
+        try:
+            with contextlib.redirect_stderr(io.StringIO()):
+                sim = parse_serve_args(argv).sim
+        except SystemExit:
+            return None
+        return sim
+
+    def predict(self, config: TrialConfig) -> Prediction | None:
+        """The predicted replay of ``config``; None when the simulator cannot model it."""
+        sim = self.sim_config(config)
+        if sim is None:
+            return None
+        try:
+            return predict(
+                sim,
+                self.plan,
+                self.load,
+                slo=request_slo(self.goal.slos),
+                calibration=self.calibration,
+            )
+        except InputError:
+            return None
+
+    def score(self, config: TrialConfig) -> Score | None:
+        """The predicted objective values and constraints of ``config``."""
+        prediction = self.predict(config)
+        return None if prediction is None else score_prediction(self.goal, prediction)
+
+
+def score_prediction(goal: Goal, prediction: Prediction) -> Score:
+    """Score a prediction exactly as a measured trial is scored."""
+    memory = prediction.memory
+    margin = memory_margin(memory.headroom_bytes, memory.visible_bytes, fits=memory.fits)
+    return score(
+        goal,
+        stats=prediction.stats if prediction.records else None,
+        failure=prediction.failure,
+        memory_margin=margin,
+    )
+
+
+_WORKER_ORACLE: SimOracle | None = None
+
+
+def _init_worker(oracle: SimOracle) -> None:
+    global _WORKER_ORACLE
+    _WORKER_ORACLE = oracle
+
+
+def _score_in_worker(config: TrialConfig) -> Score | None:
+    assert _WORKER_ORACLE is not None
+    return _WORKER_ORACLE.score(config)
+
+
+def predict_all(
+    oracle: SimOracle, configs: Sequence[TrialConfig], *, workers: int | None = None
+) -> list[Score | None]:
+    """``oracle.score`` of every config, in order; forked worker processes when many."""
+    workers = workers or min(MAX_WORKERS, os.cpu_count() or 1)
+    if len(configs) < PARALLEL_ABOVE or workers < 2:
+        return [oracle.score(config) for config in configs]
+    context = multiprocessing.get_context("fork")
+    chunk = max(1, len(configs) // (workers * 8))
+    with ProcessPoolExecutor(
+        max_workers=workers, mp_context=context, initializer=_init_worker, initargs=(oracle,)
+    ) as pool:
+        return list(pool.map(_score_in_worker, configs, chunksize=chunk))

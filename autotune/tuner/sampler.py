@@ -1,0 +1,97 @@
+"""GuidedSampler: the next launch is the lattice config with the best optimistic estimate.
+
+estimate = predicted utility + learned residual (autotune.tuner.residual) +
+``EXPLORATION`` x its posterior spread, over the effective configs not measured
+yet (nor predicted to behave exactly like a measured one: ``Guide.equivalent_to``).
+Without learning the estimate is the prediction alone. When the lattice
+has nothing left (or no prediction), parameters come from a random sampler.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import optuna
+from optuna.distributions import BaseDistribution
+from optuna.samplers import BaseSampler, RandomSampler
+from optuna.trial import FrozenTrial
+
+from autotune.tuner.guide import Guide, utility_of
+from autotune.tuner.measured import MeasuredIndex
+from autotune.tuner.residual import ResidualModel
+
+EXPLORATION = 1.0  # posterior standard deviations added to the mean
+
+
+class GuidedSampler(BaseSampler):
+    """Picks whole configs from the guide; see the module docstring."""
+
+    def __init__(
+        self,
+        guide: Guide,
+        index: MeasuredIndex,
+        distributions: dict[str, BaseDistribution],
+        *,
+        maximize: bool = True,
+        learn: bool = True,
+        seed: int | None = None,
+    ) -> None:
+        self.guide = guide
+        self.index = index
+        self.distributions = distributions
+        self.maximize = maximize
+        self.learn = learn
+        self._fallback = RandomSampler(seed=seed)
+
+    def infer_relative_search_space(
+        self, study: optuna.Study, trial: FrozenTrial
+    ) -> dict[str, BaseDistribution]:
+        return dict(self.distributions)
+
+    def sample_relative(
+        self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
+        if trial.system_attrs.get("fixed_params"):
+            return {}  # an enqueued trial (baseline, seed, confirmation)
+        mean, spread = self.estimates()
+        estimate = mean + EXPLORATION * spread
+        tried = self.guide.equivalent_to(set(self.index.by_key))
+        estimate = np.where(tried | ~np.isfinite(estimate), -np.inf, estimate)
+        if not len(estimate) or not np.isfinite(estimate.max()):
+            return {}
+        return dict(self.guide.candidates[int(np.argmax(estimate))].params)
+
+    def sample_independent(
+        self,
+        study: optuna.Study,
+        trial: FrozenTrial,
+        param_name: str,
+        param_distribution: BaseDistribution,
+    ) -> Any:
+        return self._fallback.sample_independent(study, trial, param_name, param_distribution)
+
+    def residual_model(self) -> ResidualModel | None:
+        """The residual posterior from every feasible measured lattice config, if learning."""
+        if not self.learn:
+            return None
+        rows, residuals = [], []
+        for entry in self.index.by_key.values():
+            index = self.guide.by_key.get(entry.key)
+            if index is None or not entry.feasible or not entry.samples:
+                continue
+            if not np.isfinite(self.guide.utility[index]):
+                continue
+            rows.append(self.guide.coords[index])
+            residuals.append(utility_of(entry.mean, self.maximize) - self.guide.utility[index])
+        if not rows:
+            return None
+        return ResidualModel(np.array(rows), np.array(residuals))
+
+    def estimates(self) -> tuple[np.ndarray, np.ndarray]:
+        """Posterior mean and spread of every candidate's utility."""
+        model = self.residual_model()
+        if model is None:
+            return self.guide.utility, np.zeros_like(self.guide.utility)
+        mean, spread = model.predict(self.guide.coords)
+        return self.guide.utility + mean, spread

@@ -1,0 +1,547 @@
+"""Search strategies through the real study loop, against a simulator that is not the truth.
+
+Every strategy runs ``autotune.study.run_study`` (the space, derived flags,
+memory pre-screen, objective, constraints, dedup and confirmation of
+``autotune run``); only the engine differs: each launch is answered in-process
+by the simulator's predictor under the landscape's *truth*, the simulator with
+perturbed speed constants (efficiencies, overheads, MTP acceptance; seeded per
+landscape), with 3% noise on every measurement. The tuner's own simulator is
+the unperturbed one, so it never sees the truth. ``adverse`` truths also make
+MTP, large batches and mixed prefill steps worse than the simulator believes.
+
+Figures per landscape, truth and strategy (over seeds): launches to 95% / 99%
+of the truth's exhaustive optimum over the lattice (the true, noise-free
+value of the config the tool would hand over after that launch; confirmation
+launches included), OOM launches per study, modelled GPU-hours to 99%
+(startup included), the true value of the final winner.
+
+    python scripts/bench_tuner.py [--quick] [--seeds 10] [--launches 30] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import pickle
+import random
+import statistics
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from autotune.engines import make_engine
+from autotune.objective import Goal, ObjectiveName
+from autotune.prescreen import make_prescreen
+from autotune.replay.load import LoadSpec
+from autotune.sim.calibration import CalibrationProfile
+from autotune.sim.flags import parse_serve_args
+from autotune.sim.models import get_model
+from autotune.sim.predict import Prediction
+from autotune.sim.speed_constants import DEFAULT_CONSTANTS, SpeedConstants
+from autotune.sim.startup import startup_phases
+from autotune.space import SEARCH_SPACES_DIR, SearchSpace, load_space
+from autotune.study import StudySpec, run_study
+from autotune.trial import TrialResult
+from autotune.trial_config import TrialConfig
+from autotune.tuner.confirm import crown
+from autotune.tuner.guide import _ENUMERATIONS
+from autotune.tuner.lattice import config_key, ladder
+from autotune.tuner.measured import MeasuredIndex
+from autotune.tuner.predictor import SimOracle, predict_all
+from autotune.tuner.sampler import GuidedSampler
+from autotune.tuner.session import TunerSettings
+from autotune.vocabulary import Outcome
+from autotune.workload import load_plan
+from autotune.workload.expand import expand
+from autotune.workload.gen import ChatParams, ClaudeCodeParams, chat, claudecode
+from autotune.workload.plan import WorkloadPlan
+
+REPO = Path(__file__).resolve().parents[1]
+NOISE = 0.03  # run-to-run spread of every measured throughput
+MAX_TRIALS = 90  # trials per study, launched or not (pre-screened, duplicates)
+
+
+@dataclass(frozen=True)
+class Landscape:
+    name: str
+    hardware: str
+    model: str
+    space: Path
+    plan: Callable[[], WorkloadPlan]
+    load: LoadSpec
+
+
+LANDSCAPES = {
+    "readme": Landscape(
+        "readme",
+        "rtx4080s-32g",
+        "qwen3.6-27b-awq",
+        SEARCH_SPACES_DIR / "qwen3.6-27b-awq.yaml",
+        lambda: load_plan(REPO / "workloads" / "sample-claudecode.jsonl"),
+        LoadSpec(),
+    ),
+    "h100-chat": Landscape(
+        "h100-chat",
+        "h100-80g",
+        "llama-3.1-8b",
+        SEARCH_SPACES_DIR / "default.yaml",
+        lambda: expand(chat(ChatParams(requests=160, seed=1)), name="chat"),
+        LoadSpec(mode="concurrency", concurrency=48),
+    ),
+    "longctx-24g": Landscape(
+        "longctx-24g",
+        "rtx4090-24g",
+        "qwen3.6-27b-awq",
+        SEARCH_SPACES_DIR / "qwen3.6-27b-awq.yaml",
+        lambda: expand(
+            claudecode(ClaudeCodeParams(sessions=4, seed=1, max_context=60_000)), name="cc-long"
+        ),
+        LoadSpec(),
+    ),
+}
+
+
+def truth_constants(landscape: str, adverse: bool) -> SpeedConstants:
+    """The landscape's truth: every speed constant off by up to ~30%, seeded by its name."""
+    rng = random.Random(f"truth:{landscape}")
+    base = DEFAULT_CONSTANTS.model_dump()
+    values: dict[str, Any] = {}
+    for name, value in base.items():
+        if isinstance(value, float):
+            factor = math.exp(rng.uniform(-0.3, 0.3))
+            values[name] = min(value * factor, 1.0) if "efficiency" in name else value * factor
+    model = get_model(LANDSCAPES[landscape].model)
+    acceptance = [min(0.98, p * rng.uniform(0.85, 1.08)) for p in model.default_mtp_acceptance]
+    if adverse:  # what the simulator likes most is worse than it thinks
+        acceptance = [p * 0.6 for p in acceptance]
+        values["draft_pass_overhead_s"] *= 2.5
+        values["spec_per_seq_overhead_s"] *= 2.5
+        values["per_seq_overhead_s"] *= 3.0
+        values["piecewise_overhead_s"] *= 2.0
+    values["mtp_acceptance"] = tuple(acceptance) or None
+    return SpeedConstants(**values)
+
+
+@dataclass
+class Truth:
+    """The truth's answers, cached per effective config."""
+
+    oracle: SimOracle
+    predictions: dict[str, Prediction] = field(default_factory=dict)
+    values: dict[str, float | None] = field(default_factory=dict)  # noise-free, None: infeasible
+
+    def prediction(self, config: TrialConfig) -> Prediction:
+        key = config_key(config)
+        if key not in self.predictions:
+            prediction = self.oracle.predict(config)
+            assert prediction is not None, config
+            self.predictions[key] = prediction.model_copy(
+                update={"records": prediction.records[:1]}
+            )
+        return self.predictions[key]
+
+    def value(self, config: TrialConfig) -> float | None:
+        key = config_key(config)
+        if key not in self.values:
+            scored = self.oracle.score(config)
+            self.values[key] = scored.values[0] if scored and scored.feasible else None
+        return self.values[key]
+
+
+@dataclass
+class StudyLog:
+    """One study's launches as the bench saw them."""
+
+    launches: int = 0
+    oom_launches: int = 0
+    seconds: list[float] = field(default_factory=list)  # modelled GPU seconds per launch
+    handed_over: list[float] = field(default_factory=list)  # true value / optimum per launch
+    last_launched: bool = False
+
+
+def in_process_measure(truth: Truth, log: StudyLog, rng: random.Random) -> Callable:
+    """The study's measure hook: the pre-screen, then the truth's prediction with noise."""
+
+    def measure(spec: StudySpec, config: TrialConfig, log_path: Path) -> TrialResult:
+        result = TrialResult(config=config)
+        result.memory = spec.prescreen(config) if spec.prescreen is not None else None
+        log.last_launched = False
+        if spec.skip_predicted_oom and result.memory is not None and not result.memory.fits:
+            result.outcome_override = Outcome.PREDICTED_OOM.value
+            return result
+        prediction = truth.prediction(config)
+        log.launches += 1
+        log.last_launched = True
+        argv = [
+            truth.oracle.sim_model,
+            *config.vllm_args()[1:],
+            "--hardware",
+            truth.oracle.hardware,
+        ]
+        startup_s = startup_phases(parse_serve_args(argv), prediction.memory).total_s
+        result.argv = argv
+        result.startup = prediction.startup
+        result.failure = prediction.failure
+        result.server_stats = prediction.server_stats
+        if prediction.failure is not None:
+            log.oom_launches += int(prediction.failure.failure_class.is_oom)
+            log.seconds.append(startup_s)
+            return result
+        factor = max(0.5, 1.0 + NOISE * rng.gauss(0.0, 1.0))
+        stats = prediction.stats
+        result.stats = stats.model_copy(
+            update={
+                "output_throughput_tok_s": stats.output_throughput_tok_s * factor,
+                "total_token_throughput_tok_s": stats.total_token_throughput_tok_s * factor,
+                "request_throughput_rps": stats.request_throughput_rps * factor,
+            }
+        )
+        log.seconds.append(startup_s + stats.duration_s)
+        return result
+
+    return measure
+
+
+class BenchObserver:
+    """Records the handed-over config after each launch; stops the search at its budget."""
+
+    def __init__(
+        self, log: StudyLog, truth: Truth, space: SearchSpace, optimum: float, budget: int
+    ):
+        self.log, self.truth, self.space = log, truth, space
+        self.optimum, self.budget = optimum, budget
+        self.configs: dict[int, TrialConfig] = {}
+
+    def on_trial_start(self, number: int, params: dict, is_baseline: bool) -> None:
+        pass
+
+    def on_phase(self, phase: str) -> None:
+        pass
+
+    def on_request_done(self, record: Any, done: int, total: int | None) -> None:
+        pass
+
+    def on_trial_end(self, trial: Any, outcome: str, study: optuna.Study) -> None:
+        if self.log.last_launched:
+            self.log.last_launched = False
+            winner = handed_over(study, self.space)
+            value = self.truth.value(winner) if winner is not None else None
+            self.log.handed_over.append((value or 0.0) / self.optimum)
+        confirming = trial.user_attrs.get("confirms") is not None
+        if not confirming and self.log.launches >= self.budget:
+            study.stop()
+
+
+def handed_over(study: optuna.Study, space: SearchSpace) -> TrialConfig | None:
+    """The config the tool would hand over now (the tuner's crown)."""
+    sampler = study.sampler
+    if isinstance(sampler, GuidedSampler):
+        entry = crown(sampler.index, maximize=True, sampler=sampler if sampler.learn else None)
+    else:
+        index = MeasuredIndex()
+        for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+            if trial.user_attrs.get("measured"):
+                index.add(
+                    json.dumps(trial.user_attrs.get("config"), sort_keys=True),
+                    params=trial.params,
+                    trial=trial.number,
+                    values=trial.values,
+                    constraints=trial.constraints,
+                    measured=True,
+                )
+        entry = crown(index, maximize=True)
+    if entry is None:
+        return None
+    trial = study.trials[entry.first_trial]
+    return TrialConfig.model_validate(trial.user_attrs["config"])
+
+
+class AutoTuneWalk(optuna.samplers.BaseSampler):
+    """vLLM's auto_tune.sh: for each max-num-seqs, each max-num-batched-tokens, the memory
+    knob from its top down until a server starts; everything else at the baseline."""
+
+    def __init__(self, space: SearchSpace) -> None:
+        dists = space.distributions()
+        base = space.baseline_params()
+        memory = next(n for n in dists if "memory" in n)
+        self.points: list[dict] = []
+        for seqs in ladder(dists["max_num_seqs"]):
+            for tokens in ladder(dists["max_num_batched_tokens"]):
+                pair = []
+                for kv in sorted(ladder(dists[memory]), reverse=True):
+                    pair.append(
+                        {**base, "max_num_seqs": seqs, "max_num_batched_tokens": tokens, memory: kv}
+                    )
+                self.points.append(pair)  # type: ignore[arg-type]
+        self.dists = dists
+        self._queue: list[dict] = []
+        self._pair = -1
+
+    def infer_relative_search_space(self, study, trial):
+        return dict(self.dists)
+
+    def sample_relative(self, study, trial, search_space):
+        done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+        if done and done[-1].user_attrs.get("measured"):
+            self._queue = []  # this pair started: on to the next one
+        if not self._queue:
+            self._pair += 1
+            if self._pair >= len(self.points):
+                return {}
+            self._queue = list(self.points[self._pair])  # type: ignore[arg-type]
+        return self._queue.pop(0)
+
+    def sample_independent(self, study, trial, name, dist):
+        return optuna.samplers.RandomSampler().sample_independent(study, trial, name, dist)
+
+
+# strategy -> (sampler, tuner settings)
+PLAIN = TunerSettings(warm_start=0, learn=False, confirm=0, dedup=False)
+DEFAULT = TunerSettings()
+STRATEGIES: dict[str, tuple[str, TunerSettings]] = {
+    "grid (auto_tune walk)": ("grid-walk", PLAIN),
+    "random": ("random", PLAIN),
+    "tpe": ("tpe", PLAIN),
+    "gp": ("gp", PLAIN),
+    "default": ("guided", DEFAULT),
+    "default, no warm start": ("guided", TunerSettings(warm_start=0)),
+    "default, no learning": ("guided", TunerSettings(learn=False)),
+    "default, no confirmation": ("guided", TunerSettings(confirm=0)),
+    "default, no dedup": ("guided", TunerSettings(dedup=False)),
+    "default, no simulator (tpe)": ("tpe", DEFAULT),
+}
+
+
+def run_one(
+    landscape: Landscape,
+    setup: dict,
+    truth: Truth,
+    optimum: float,
+    strategy: str,
+    seed: int,
+    budget: int,
+) -> StudyLog:
+    sampler_name, settings = STRATEGIES[strategy]
+    log = StudyLog()
+    rng = random.Random(f"{landscape.name}:{strategy}:{seed}")
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = StudySpec(
+            name="bench",
+            storage_url="sqlite:///:memory:",
+            space=setup["space"],
+            space_path=landscape.space,
+            goal=setup["goal"],
+            model=landscape.model,
+            engine=setup["engine"],
+            plan=setup["plan"],
+            workload_path=Path(landscape.name),
+            load=landscape.load,
+            n_trials=MAX_TRIALS,
+            sampler="random" if sampler_name == "grid-walk" else sampler_name,
+            seed=seed,
+            prescreen=setup["prescreen"],
+            artifacts_dir=Path(tmp) / "artifacts",
+            runs_dir=Path(tmp) / "runs",
+            heartbeat_interval_s=0,
+            tuner=settings,
+            oracle=setup["oracle"],
+            prediction_cache=setup["cache"],
+            measure=in_process_measure(truth, log, rng),
+        )
+        main_budget = budget - settings.confirm
+        observer = BenchObserver(log, truth, spec.space, optimum, main_budget)
+        if sampler_name == "grid-walk":
+            walk = AutoTuneWalk(spec.space)
+            original = optuna.create_study
+
+            def create_with_walk(*args: Any, **kwargs: Any) -> optuna.Study:
+                kwargs["sampler"] = walk
+                return original(*args, **kwargs)
+
+            optuna.create_study = create_with_walk  # type: ignore[assignment]
+            try:
+                run_study(spec, observer=observer)
+            finally:
+                optuna.create_study = original  # type: ignore[assignment]
+        else:
+            run_study(spec, observer=observer)
+    return log
+
+
+def first_reaching(curve: list[float], level: float) -> int | None:
+    return next((i + 1 for i, value in enumerate(curve) if value >= level - 1e-9), None)
+
+
+def summarize(logs: list[StudyLog], budget: int) -> dict:
+    def launches(level: float) -> list[int | None]:
+        return [first_reaching(log.handed_over, level) for log in logs]
+
+    def med(values: list[int | None]) -> float | None:
+        filled = [v if v is not None else budget + 1 for v in values]
+        result = statistics.median(filled)
+        return None if result > budget else result
+
+    def worst(values: list[int | None]) -> int | None:
+        return None if any(v is None for v in values) else max(values)  # type: ignore[type-var]
+
+    to99, to95 = launches(0.99), launches(0.95)
+    hours = [
+        sum(log.seconds[:n]) / 3600 if n is not None else None
+        for log, n in zip(logs, to99, strict=True)
+    ]
+    finals = [log.handed_over[-1] if log.handed_over else 0.0 for log in logs]
+    known_hours = [h for h in hours if h is not None]
+    return {
+        "median_launches_to_99": med(to99),
+        "worst_launches_to_99": worst(to99),
+        "median_launches_to_95": med(to95),
+        "worst_launches_to_95": worst(to95),
+        "oom_launches_per_study": statistics.fmean(log.oom_launches for log in logs),
+        "median_gpu_hours_to_99": statistics.median(known_hours)
+        if len(known_hours) * 2 > len(logs)
+        else None,
+        "winner_median": statistics.median(finals),
+        "winner_worst": min(finals),
+        "winner_within_1pct_rate": sum(f >= 0.99 for f in finals) / len(finals),
+        "seeds": len(logs),
+    }
+
+
+def prepare(landscape: Landscape) -> dict:
+    space = load_space(landscape.space)
+    plan = landscape.plan()
+    goal = Goal([ObjectiveName.THROUGHPUT], [])
+    longest = max(request.prompt_tokens for request in plan.requests)
+    prescreen = make_prescreen(
+        hardware=landscape.hardware, sim_model=landscape.model, max_prompt_tokens=longest
+    )
+    oracle = SimOracle(landscape.hardware, landscape.model, plan, landscape.load, goal)
+    return {
+        "space": space,
+        "plan": plan,
+        "goal": goal,
+        "prescreen": prescreen,
+        "oracle": oracle,
+        "cache": {},
+        "engine": make_engine("sim", hardware=landscape.hardware),
+    }
+
+
+def exhaustive(setup: dict, landscape: Landscape, truth: Truth) -> tuple[float, int, float]:
+    """The truth's optimum over the lattice (configs that pass the pre-screen), and timing."""
+    from autotune.tuner.lattice import enumerate_effective
+
+    started = time.monotonic()
+    key = (setup["space"].digest(), landscape.model, None, id(setup["prescreen"]))
+    candidates = _ENUMERATIONS.get(key) or [
+        c
+        for c in enumerate_effective(
+            setup["space"], model=landscape.model, engine_version=None, prescreen=setup["prescreen"]
+        )
+        if c.memory is None or c.memory.fits
+    ]
+    missing = [c for c in candidates if c.key not in truth.values]
+    scores = predict_all(truth.oracle, [c.config for c in missing])
+    for candidate, scored in zip(missing, scores, strict=True):
+        truth.values[candidate.key] = scored.values[0] if scored and scored.feasible else None
+    values = [v for c in candidates if (v := truth.values[c.key]) is not None]
+    return max(values), len(candidates), time.monotonic() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="README landscape, 5 seeds")
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--launches", type=int, default=30)
+    parser.add_argument("--landscape", action="append", choices=sorted(LANDSCAPES))
+    parser.add_argument("--strategy", action="append", choices=list(STRATEGIES))
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--cache", type=Path, help="keep every prediction in this file between runs (pickle)"
+    )
+    args = parser.parse_args()
+    cache: dict = (
+        pickle.loads(args.cache.read_bytes()) if args.cache and args.cache.exists() else {}
+    )
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    warnings.simplefilter("ignore")
+    names = args.landscape or (["readme"] if args.quick else list(LANDSCAPES))
+    seeds = 5 if args.quick else args.seeds
+    strategies = args.strategy or list(STRATEGIES)
+    rows = []
+    for name in names:
+        landscape = LANDSCAPES[name]
+        setup = prepare(landscape)
+        setup["cache"] = cache.setdefault(f"{name}:tuner", {})
+        for adverse in (False, True):
+            constants = truth_constants(name, adverse)
+            truth_oracle = SimOracle(
+                landscape.hardware,
+                landscape.model,
+                setup["plan"],
+                landscape.load,
+                setup["goal"],
+                calibration=CalibrationProfile(constants=constants, source="bench truth"),
+            )
+            label = f"{name}{' (adverse)' if adverse else ''}"
+            truth = Truth(
+                truth_oracle,
+                predictions=cache.setdefault(f"{label}:predictions", {}),
+                values=cache.setdefault(f"{label}:values", {}),
+            )
+            optimum, count, seconds = exhaustive(setup, landscape, truth)
+            if args.cache:
+                args.cache.write_bytes(pickle.dumps(cache))
+            if not args.json:
+                print(
+                    f"\n{label}: {count} effective configs pass the pre-screen; truth optimum "
+                    f"{optimum:,.1f} tok/s ({seconds:.0f} s to predict them all)"
+                )
+            for strategy in strategies:
+                started = time.monotonic()
+                logs = [
+                    run_one(landscape, setup, truth, optimum, strategy, seed, args.launches)
+                    for seed in range(seeds)
+                ]
+                row = {"landscape": label, "strategy": strategy, **summarize(logs, args.launches)}
+                row["seconds"] = round(time.monotonic() - started, 1)
+                rows.append(row)
+                if args.json:
+                    print(json.dumps(row), flush=True)
+                else:
+                    print_row(row)
+    if args.cache:
+        args.cache.write_bytes(pickle.dumps(cache))
+    if not args.json:
+        print(f"\n({args.launches} launches per study; '-': not reached within them)")
+
+
+def print_row(row: dict) -> None:
+    def fmt(value: Any) -> str:
+        if value is None:
+            return "-"
+        return f"{value:g}" if isinstance(value, int | float) else str(value)
+
+    hours = row["median_gpu_hours_to_99"]
+    print(
+        f"  {row['strategy']:<30} to99 med {fmt(row['median_launches_to_99']):>4} "
+        f"worst {fmt(row['worst_launches_to_99']):>4} "
+        f"| to95 med {fmt(row['median_launches_to_95']):>4} "
+        f"worst {fmt(row['worst_launches_to_95']):>4} "
+        f"| OOM/study {row['oom_launches_per_study']:.1f} "
+        f"| GPU-h to99 {fmt(hours and round(hours, 2))} "
+        f"| winner med {row['winner_median']:.3f} worst {row['winner_worst']:.3f} "
+        f"within1% {row['winner_within_1pct_rate']:.0%} ({row['seconds']:.0f} s)",
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    main()
