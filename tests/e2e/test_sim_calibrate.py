@@ -94,7 +94,8 @@ def test_calibrate_from_a_sim_study(tmp_path: Path) -> None:
         "run", "--workload", str(SAMPLE_WORKLOAD), "--engine", "sim",
         "--hardware", HARDWARE, "--model", MODEL, "--space", str(FITS_SPACE),
         "--storage", storage, "--study", "cal", "--sampler", "grid", "--seed", "1",
-        "--warm-start", "0", "--confirm", "0", "--trials", "3", "--time-scale", "50", "--max-requests", "10", "--concurrency", "4",
+        "--warm-start", "0", "--confirm", "0", "--trials", "3", "--time-scale", "50",
+        "--max-requests", "10", "--concurrency", "4",
         cwd=tmp_path,
     )  # fmt: skip
     assert study.returncode == 0, study.stdout[-2000:] + study.stderr[-2000:]
