@@ -50,14 +50,21 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def _death_signal_preexec() -> Callable[[], None] | None:
-    """A preexec_fn that asks Linux to SIGTERM the child when we die (None elsewhere)."""
+def _server_preexec() -> Callable[[], None] | None:
+    """A preexec_fn for a server: SIGINT back to its default, SIGTERM to it when we die.
+
+    A shell starts a background job (``autotune run ... &``) with SIGINT ignored and
+    every child inherits that, so the server would sit out ``stop``'s graceful SIGINT.
+    None where there is no prctl (not Linux).
+    """
     if not sys.platform.startswith("linux"):
         return None
-    prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved before fork
+    libc = ctypes.CDLL(None, use_errno=True)
+    prctl, set_disposition = libc.prctl, libc.signal  # resolved before fork
     parent_pid = os.getpid()
 
     def preexec() -> None:
+        set_disposition(signal.SIGINT, signal.SIG_DFL)  # libc: safe off the main thread
         prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
         if os.getppid() != parent_pid:  # we died between fork and prctl
             os._exit(1)
@@ -103,8 +110,8 @@ class ServerProcess:
                     stderr=subprocess.STDOUT,
                     env=dict(env),
                     start_new_session=True,
-                    # One prctl call after fork: safe even with other threads running.
-                    preexec_fn=_death_signal_preexec(),
+                    # Two libc calls after fork: safe even with other threads running.
+                    preexec_fn=_server_preexec(),
                 )
             except OSError as exc:
                 raise EngineError(f"cannot start {argv[0]}: {exc}") from exc

@@ -96,6 +96,15 @@ def start_sims(log_dir: Path) -> Iterator[SimFactory]:
             process.wait()
 
 
+def default_sigint() -> None:
+    """preexec_fn: SIGINT back to its default in a child, however pytest was started.
+
+    A shell starts a background job (``pytest ... &``) with SIGINT ignored, and every
+    child inherits that; a test that sends SIGINT must not depend on it.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def autotune_argv(*args: str) -> list[str]:
     """The real CLI, as a subprocess of this interpreter."""
     return [sys.executable, "-m", "autotune", *args]
@@ -167,6 +176,7 @@ def spawn() -> Iterator:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=default_sigint,
                 env={**os.environ, "COLUMNS": "200"},
             )
         started.append(process)

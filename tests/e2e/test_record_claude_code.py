@@ -20,7 +20,14 @@ import httpx
 import pytest
 
 from autotune.workload import load_plan, read_workload
-from tests.e2e.conftest import SIM_MODEL, autotune_argv, claude_code_request, free_port, wait_for
+from tests.e2e.conftest import (
+    SIM_MODEL,
+    autotune_argv,
+    claude_code_request,
+    default_sigint,
+    free_port,
+    wait_for,
+)
 
 pytestmark = pytest.mark.timeout(120)
 BILLING = "x-anthropic-billing-header: cc_version=2.1.197.8a5; cc_entrypoint=sdk-cli;"
@@ -34,7 +41,11 @@ def recorder(long_sim_url: str, tmp_path: Path) -> Iterator[tuple[str, Path, sub
         "record", "--upstream", long_sim_url, "--listen", f"127.0.0.1:{port}", "--out", str(out)
     )
     process = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=default_sigint,
     )
     url = f"http://127.0.0.1:{port}"
 
@@ -143,7 +154,11 @@ def _record_bodies(sim_url: str, out: Path, bodies: list[tuple[str, dict[str, An
         "record", "--upstream", sim_url, "--listen", f"127.0.0.1:{port}", "--out", str(out), *flags
     )
     process = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=default_sigint,
     )
     try:
         assert wait_for(lambda: _answers(f"{url}/health"), timeout_s=30), "recorder did not start"

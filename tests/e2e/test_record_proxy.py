@@ -17,7 +17,7 @@ import pytest
 from autotune.workload import load_plan, read_workload
 from autotune.workload.schema import DeltaInput
 from autotune.workload.tokenizer import WordTokenizer
-from tests.e2e.conftest import wait_for
+from tests.e2e.conftest import default_sigint, wait_for
 
 pytestmark = pytest.mark.timeout(90)
 SECRET = "sk-test-never-store-me-42"
@@ -83,7 +83,11 @@ def recorder(sim_url: str, tmp_path: Path) -> Iterator[tuple[str, Path, subproce
         "--listen", f"127.0.0.1:{port}", "--out", str(out),
     ]  # fmt: skip
     process = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=default_sigint,
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -195,7 +199,11 @@ def test_record_anonymize_keeps_structure_not_text(sim_url: str, tmp_path: Path)
         "--listen", f"127.0.0.1:{port}", "--out", str(out), "--anonymize",
     ]  # fmt: skip
     process = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=default_sigint,
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -253,7 +261,11 @@ def test_record_answers_502_when_upstream_is_down(tmp_path: Path) -> None:
         "--listen", f"127.0.0.1:{port}", "--out", str(tmp_path / "none.jsonl"),
     ]  # fmt: skip
     process = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=default_sigint,
     )
     url = f"http://127.0.0.1:{port}"
     try:
