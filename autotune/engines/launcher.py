@@ -19,7 +19,12 @@ import httpx
 
 from autotune.engines.base import PhaseCallback, Server
 from autotune.engines.process import ServerProcess, free_port
-from autotune.engines.vllm_log import classify_failure, fatal_line, parse_startup_log
+from autotune.engines.vllm_log import (
+    classify_failure,
+    fatal_line,
+    memory_held_elsewhere,
+    parse_startup_log,
+)
 from autotune.errors import ReplayError, ServerStartFailed
 from autotune.metrics import parse_metrics
 from autotune.trial_config import TrialConfig
@@ -30,6 +35,7 @@ HTTP_TIMEOUT_S = 5.0
 FATAL_EXIT_GRACE_S = 5.0  # after a decisive log line, time for the traceback to finish
 HEALTH_MONITOR_S = 2.0
 PORT_RETRIES = 2
+GPU_RELEASE_WAIT_S = 10.0  # a dead server's GPU memory is back within seconds (scaled on sim)
 
 # Startup phases in the order vLLM logs them: (log text, phase name).
 PHASES = (
@@ -248,11 +254,12 @@ async def launch_process_server(
     launched_at = time.monotonic()
     watcher = _Watcher(on_phase)
     watcher.phase("launching")
+    retry_notes: list[str] = []
     async with httpx.AsyncClient(timeout=HTTP_TIMEOUT_S, trust_env=False) as client:
-        for attempt in range(PORT_RETRIES + 1):
+        for attempt in range(PORT_RETRIES + 2):
             port = free_port(host)
             argv = list(argv_for_port(port))
-            preamble = [f"argv: {shlex.join(argv)}", *notes]
+            preamble = [f"argv: {shlex.join(argv)}", *notes, *retry_notes]
             process = ServerProcess.start(argv, env=env, log_path=log_path, preamble=preamble)
             url = f"http://{host}:{port}"
             try:
@@ -268,6 +275,12 @@ async def launch_process_server(
                 await process.stop()
                 port_taken = exc.failure.failure_class == FailureClass.PORT_IN_USE
                 if port_taken and attempt < PORT_RETRIES:
+                    continue
+                # Not this config's OOM: wait once for the memory to come back, then retry.
+                held = memory_held_elsewhere(exc.failure)
+                if held and not retry_notes:
+                    retry_notes.append(f"retried: the first start failed because {held}")
+                    await asyncio.sleep(max(GPU_RELEASE_WAIT_S / time_scale, POLL_S))
                     continue
                 raise
             except BaseException:

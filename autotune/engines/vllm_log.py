@@ -194,6 +194,8 @@ _ENGINE_DEAD = re.compile(
     r"|engine core exited unexpectedly"
     r"|Worker proc \S+ died unexpectedly"
 )
+# torch's CUDA OOM names every other process holding memory on the device.
+_OTHER_PROCESS_MEMORY = re.compile(r"Process (\d+) has ([\d.]+ [KMG]iB) memory in use")
 _STARTUP_HANG = re.compile(r"Timed out waiting for engine core processes to start")
 _STARTUP_FATAL = re.compile(
     r"EngineCore failed to start|WorkerProc failed|Engine core initialization failed"
@@ -312,3 +314,13 @@ def fatal_line(text: str, *, phase: Phase) -> str | None:
         if hit := _find(pattern, lines):
             return hit.message
     return None
+
+
+def memory_held_elsewhere(failure: Failure) -> str | None:
+    """For a startup OOM whose torch message names another process holding GPU memory
+    (a previous trial's server not yet gone, or someone else's job): which, and how much.
+    """
+    if failure.failure_class != FailureClass.CUDA_OOM_STARTUP:
+        return None
+    found = _OTHER_PROCESS_MEMORY.search(f"{failure.message}\n{failure.log_excerpt}")
+    return f"process {found[1]} held {found[2]}" if found else None

@@ -258,6 +258,8 @@ class SimApi:
             body = await self._body(request)
             if self.runner.dead:
                 raise BadRequest(shapes.ENGINE_DEAD_MESSAGE, 500, "InternalServerError")
+            if self.faults.config.never_stream:
+                await asyncio.Event().wait()  # /health is fine, this answer never comes
             if self.faults.should_fail_with_5xx():
                 raise BadRequest("Simulated server error.", 500, "InternalServerError")
             if body.get("n", 1) != 1:

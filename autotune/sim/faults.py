@@ -1,12 +1,18 @@
 """Fault injection for the simulator server, so the tuner's failure paths can be tested.
 
 Every fault is opt-in (``--fault-*`` flags) and seeded: the same seed and the
-same request order give the same faults.
+same request order give the same faults. A fault schedule (``FAULT_SCHEDULE_ENV``)
+gives each server launch its own faults, so a whole tuning run can be faulted
+trial by trial without autotune knowing.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 import random
+import shlex
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -30,6 +36,10 @@ class FaultConfig(BaseModel):
     error_5xx_rate: float = Field(default=0.0, ge=0.0, le=1.0)
     cut_stream_rate: float = Field(default=0.0, ge=0.0, le=1.0)
     slow_first_token_s: float = Field(default=0.0, ge=0.0)  # modelled seconds
+    hang_stream_rate: float = Field(default=0.0, ge=0.0, le=1.0)  # stalls, connection open
+    malformed_sse_rate: float = Field(default=0.0, ge=0.0, le=1.0)
+    never_stream: bool = False  # /health answers, generation requests never do
+    gpu_memory_held_bytes: int = Field(default=0, ge=0)  # a previous trial not yet gone
 
 
 class FaultInjector:
@@ -52,6 +62,16 @@ class FaultInjector:
             return None
         return self._rng.randint(0, max(0, max_tokens - 1))
 
+    def hangs_mid_stream(self) -> bool:
+        """Whether this stream stalls after its first event and never ends."""
+        rate = self.config.hang_stream_rate
+        return rate > 0 and self._rng.random() < rate
+
+    def sends_malformed_event(self) -> bool:
+        """Whether this stream's second event is not JSON (the stream then ends)."""
+        rate = self.config.malformed_sse_rate
+        return rate > 0 and self._rng.random() < rate
+
     def request_finished(self) -> None:
         """Count one finished request (see ``crash_due``)."""
         self._finished_requests += 1
@@ -61,3 +81,29 @@ class FaultInjector:
         """Whether --fault-crash-after-requests has been reached: the engine must die."""
         limit = self.config.crash_after_requests
         return limit is not None and self._finished_requests >= limit
+
+
+# Names a text file: one line per server launch, each line that launch's --fault-*
+# flags (an empty line: no fault). Launches take lines in order, across processes.
+FAULT_SCHEDULE_ENV = "AUTOTUNE_SIM_FAULT_SCHEDULE"
+
+
+def claim_scheduled_faults(environ: os._Environ[str] | dict[str, str]) -> list[str]:
+    """The next line of the fault schedule as argv (empty without a schedule or past its end).
+
+    The cursor lives in ``SCHEDULE.next``, under an exclusive lock, so concurrent
+    launches (several workers) each take a different line.
+    """
+    path = environ.get(FAULT_SCHEDULE_ENV)
+    if not path:
+        return []
+    schedule = Path(path)
+    with open(f"{schedule}.next", "a+") as cursor:
+        fcntl.flock(cursor, fcntl.LOCK_EX)
+        cursor.seek(0)
+        taken = int(cursor.read().strip() or 0)
+        cursor.seek(0)
+        cursor.truncate()
+        cursor.write(str(taken + 1))
+    lines = schedule.read_text().splitlines()
+    return shlex.split(lines[taken]) if taken < len(lines) else []

@@ -270,6 +270,10 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--fault-5xx-rate", type=_fraction, default=0.0)
     sim.add_argument("--fault-cut-stream-rate", type=_fraction, default=0.0)
     sim.add_argument("--fault-slow-first-token-s", type=float, default=0.0)
+    sim.add_argument("--fault-hang-stream-rate", type=_fraction, default=0.0)
+    sim.add_argument("--fault-malformed-sse-rate", type=_fraction, default=0.0)
+    sim.add_argument("--fault-never-stream", action="store_true")
+    sim.add_argument("--fault-gpu-memory-held", type=human_readable_int, default=0)
     return parser
 
 
@@ -337,6 +341,10 @@ def parse_serve_args(argv: list[str], *, environ: dict[str, str] | None = None) 
             error_5xx_rate=ns.fault_5xx_rate,
             cut_stream_rate=ns.fault_cut_stream_rate,
             slow_first_token_s=ns.fault_slow_first_token_s,
+            hang_stream_rate=ns.fault_hang_stream_rate,
+            malformed_sse_rate=ns.fault_malformed_sse_rate,
+            never_stream=ns.fault_never_stream,
+            gpu_memory_held_bytes=ns.fault_gpu_memory_held,
         )
     except ValidationError as exc:
         parser.error(repr(exc))
@@ -394,6 +402,10 @@ _SIM_ONLY = frozenset(
         "fault_5xx_rate",
         "fault_cut_stream_rate",
         "fault_slow_first_token_s",
+        "fault_hang_stream_rate",
+        "fault_malformed_sse_rate",
+        "fault_never_stream",
+        "fault_gpu_memory_held",
         "api_key",  # vLLM logs it; we never log keys
     }
 )

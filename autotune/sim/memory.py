@@ -109,13 +109,24 @@ def default_capture_sizes(
     return [size for size in grid if size <= largest]
 
 
-def torch_oom_text(tried_bytes: float, gpu: GpuSpec, free_bytes: float) -> str:
-    """PyTorch's CUDA OOM message (torch 2.14 wording)."""
-    in_use = gpu.visible_bytes - max(free_bytes, 0)
+OTHER_PROCESS_PID = 424242  # the process torch names as holding memory (--fault-gpu-memory-held)
+
+
+def torch_oom_text(
+    tried_bytes: float, gpu: GpuSpec, free_bytes: float, other_process_bytes: int = 0
+) -> str:
+    """PyTorch's CUDA OOM message (torch 2.14 wording); it names other processes' memory."""
+    in_use = gpu.visible_bytes - max(free_bytes, 0) - other_process_bytes
+    others = (
+        f"Process {OTHER_PROCESS_PID} has {other_process_bytes / GIB:.2f} GiB memory in use. "
+        if other_process_bytes
+        else ""
+    )
     return (
         f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {tried_bytes / GIB:.2f} "
         f"GiB. GPU 0 has a total capacity of {gpu.visible_bytes / GIB:.2f} GiB of which "
-        f"{max(free_bytes, 0) / MIB:.2f} MiB is free. Including non-PyTorch memory, this process "
+        f"{max(free_bytes, 0) / MIB:.2f} MiB is free. {others}"
+        "Including non-PyTorch memory, this process "
         f"has {in_use / GIB:.2f} GiB memory in use. If reserved but unallocated memory is large "
         "try setting PYTORCH_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See "
         "documentation for Memory Management  "
@@ -187,10 +198,12 @@ def _resolve_batch(config: SimConfig, gpu: GpuSpec, max_model_len: int) -> tuple
     return max_num_seqs, max_num_batched_tokens
 
 
-def plan_memory(config: SimConfig) -> MemoryReport:
+def plan_memory(config: SimConfig, *, held_bytes: int = 0) -> MemoryReport:
     """The memory plan of ``config``, with vLLM's failure when it does not start.
 
-    Raises InputError for a configuration vLLM rejects before touching memory.
+    ``held_bytes``: GPU memory another process still holds (a previous trial's
+    server not yet gone). Raises InputError for a configuration vLLM rejects
+    before touching memory.
     """
     gpu = get_gpu(config.hardware)
     model = get_model(config.model)
@@ -236,7 +249,11 @@ def plan_memory(config: SimConfig) -> MemoryReport:
             capture_sizes
         ) + model.cudagraph_bytes_per_token * max(capture_sizes)
     lmcache = LMCACHE_GPU_BYTES if config.lmcache else 0
-    free = gpu.free_at_startup_bytes
+    free = gpu.free_at_startup_bytes - held_bytes
+
+    def torch_oom(tried_bytes: float, free_bytes: float) -> str:
+        return torch_oom_text(tried_bytes, gpu, free_bytes, held_bytes)
+
     requested = math.ceil(gpu.visible_bytes * config.gpu_memory_utilization)
     static = weights + gpu.non_torch_bytes + lmcache
 
@@ -259,19 +276,19 @@ def plan_memory(config: SimConfig) -> MemoryReport:
             "Failed to load model - not enough GPU memory. Try lowering --gpu-memory-utilization "
             "to free memory for weights, increasing --tensor-parallel-size, or using "
             f"--quantization. See {CONSERVING_MEMORY_URL} for more tips. (original error: "
-            f"{torch_oom_text(weights - free + gpu.non_torch_bytes, gpu, 0)})",
+            f"{torch_oom(weights - free + gpu.non_torch_bytes, 0)})",
         )
     elif failure is None and static + activation > free:
         failure = (
             FailureClass.CUDA_OOM_STARTUP,
-            torch_oom_text(activation, gpu, free - static),
+            torch_oom(activation, free - static),
         )
     elif failure is None and static + kv_bytes > free and kv_bytes > 0:
-        failure = (FailureClass.CUDA_OOM_STARTUP, torch_oom_text(kv_bytes, gpu, free - static))
+        failure = (FailureClass.CUDA_OOM_STARTUP, torch_oom(kv_bytes, free - static))
     elif failure is None and static + max(kv_bytes, 0) + cudagraph > free:
         failure = (
             FailureClass.CUDA_OOM_STARTUP,
-            torch_oom_text(cudagraph, gpu, free - static - kv_bytes),
+            torch_oom(cudagraph, free - static - kv_bytes),
         )
 
     num_blocks = max(kv_bytes, 0) // layout.bytes_per_block

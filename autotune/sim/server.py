@@ -26,7 +26,7 @@ from autotune.errors import InputError
 from autotune.sim import logs
 from autotune.sim.api import SimApi
 from autotune.sim.calibration import profile_constants
-from autotune.sim.faults import FaultInjector
+from autotune.sim.faults import FaultInjector, claim_scheduled_faults
 from autotune.sim.flags import ServeArgs, parse_serve_args
 from autotune.sim.hardware import get_gpu
 from autotune.sim.logs import VllmLog
@@ -48,8 +48,11 @@ def main(argv: list[str]) -> int:
 
     Bad arguments: argparse's usage error on stderr and 2, as ``vllm serve``.
     """
+    scheduled = claim_scheduled_faults(os.environ)
+    if scheduled:
+        print(f"(simulator) faults scheduled for this launch: {' '.join(scheduled)}", flush=True)
     try:
-        args = parse_serve_args(argv)
+        args = parse_serve_args([*argv, *scheduled])
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 2
     return asyncio.run(serve(args))
@@ -99,7 +102,9 @@ async def _run(args: ServeArgs, log: VllmLog, sock: socket.socket) -> int:
     model = get_model(args.sim.model)
     gpu = get_gpu(args.sim.hardware)
     try:
-        memory: MemoryReport | None = plan_memory(args.sim)
+        memory: MemoryReport | None = plan_memory(
+            args.sim, held_bytes=args.faults.gpu_memory_held_bytes
+        )
     except InputError as exc:  # rejected while vLLM builds its config
         memory, rejection = None, str(exc)
     startup = StartupSequence(args, log, model=model, gpu=gpu, memory=memory)

@@ -25,6 +25,9 @@ SSE_HEADERS = [
 ]
 
 
+MALFORMED_EVENT = b'data: {"choices": [{"delta": {"content": "trunc\n\n'  # not JSON
+
+
 class StreamCut(Exception):
     """Raised inside a stream to drop the connection mid-body (--fault-cut-stream-rate)."""
 
@@ -125,12 +128,19 @@ class StreamWriter:
         """
         s = self.stream
         cut_after = self.faults.cut_after_tokens(s.max_tokens)
+        hang = self.faults.hangs_mid_stream()
+        malformed = self.faults.sends_malformed_event()
         sent = 0
         try:
             while True:
                 count = await s.next_tokens()  # 0 only once finished
                 if cut_after is not None and sent + count > cut_after:
                     raise StreamCut(s.request_id)
+                if sent and hang:
+                    await asyncio.Event().wait()  # stalls with the connection open
+                if sent and malformed:
+                    yield MALFORMED_EVENT
+                    return
                 parts: list[bytes] = []
                 if sent == 0:
                     await self._first_token_delay()

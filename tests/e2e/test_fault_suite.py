@@ -1,0 +1,111 @@
+"""The fault suite: each fault the simulator injects, inside a real `autotune run`.
+
+A fault schedule (one line of ``--fault-*`` flags per server launch) faults the
+study trial by trial. For each fault: the expected outcome class is stored, the
+study goes on to its budget, the stored study reads back consistent through
+Optuna and through ``study_reader``, and no process is left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from autotune.sim.faults import FAULT_SCHEDULE_ENV
+from autotune.study_reader import load_study
+from tests.e2e.conftest import REPO, SAMPLE_WORKLOAD, autotune_argv, processes_in
+
+FITS_SPACE = REPO / "tests" / "e2e" / "data" / "fits.yaml"
+
+
+def run_args(db: Path, trials: int, *extra: str) -> list[str]:
+    return [
+        "run",
+        "--workload", str(SAMPLE_WORKLOAD),
+        "--engine", "sim",
+        "--hardware", "rtx4080s-32g",
+        "--model", "qwen3.6-27b-awq",
+        "--space", str(FITS_SPACE),
+        "--storage", f"sqlite:///{db}",
+        "--study", "faults",
+        "--sampler", "random", "--no-dedup", "--warm-start", "0", "--confirm", "0",
+        "--seed", "1",
+        "--time-scale", "50", "--max-requests", "8", "--concurrency", "4",
+        "--startup-timeout", "5s",
+        "--trials", str(trials),
+        *extra,
+    ]  # fmt: skip
+
+
+def run_with_faults(tmp_path: Path, schedule: list[str], *extra: str) -> subprocess.Popen:
+    """`autotune run` with one schedule line per launch; returns the finished process."""
+    path = tmp_path / "faults.txt"
+    path.write_text("\n".join(schedule) + "\n")
+    env = {**os.environ, FAULT_SCHEDULE_ENV: str(path), "COLUMNS": "200"}
+    trials = sum(1 for line in schedule if "gpu-memory-held" not in line)
+    argv = autotune_argv(*run_args(tmp_path / "autotune.db", trials, *extra))
+    with (tmp_path / "autotune.out").open("w") as out:
+        process = subprocess.Popen(
+            argv, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, env=env
+        )
+        process.wait(timeout=280)
+    return process
+
+
+def assert_consistent(tmp_path: Path, trials: int) -> list[str]:
+    """The study as Optuna and study_reader see it; the outcomes in trial order."""
+    url = f"sqlite:///{tmp_path / 'autotune.db'}"
+    study = optuna.load_study(study_name="faults", storage=url)
+    states = [t.state for t in study.trials]
+    assert states == [TrialState.COMPLETE] * trials, states  # none lost, none left running
+    loaded = load_study(url, "faults")
+    assert [row.number for row in loaded.trials] == list(range(trials))
+    assert all(row.outcome for row in loaded.trials)
+    assert loaded.best().outcome == "ok"  # the clean baseline still crowns
+    assert processes_in(tmp_path) == []  # no server, watchdog or helper outlives the run
+    return [row.outcome for row in loaded.trials]
+
+
+@pytest.mark.timeout(120)
+def test_replay_faults_are_trial_outcomes_and_the_study_goes_on(tmp_path: Path) -> None:
+    """5xx, malformed SSE and an engine crash mid-replay: classified, nothing lost."""
+    schedule = [
+        "",
+        "--fault-5xx-rate 0.5",
+        "--fault-malformed-sse-rate 1",
+        "--fault-crash-after-requests 3",
+    ]
+    process = run_with_faults(tmp_path, schedule)
+    text = (tmp_path / "autotune.out").read_text()
+    assert process.returncode == 0, text
+    outcomes = assert_consistent(tmp_path, 4)
+    assert outcomes == ["ok", "errors", "no-requests", "engine-dead"], text
+
+
+@pytest.mark.faults
+@pytest.mark.timeout(300)
+def test_every_server_fault_is_classified_and_nothing_is_lost(tmp_path: Path) -> None:
+    """Startup hang, cut streams, stalled streams, a server that never answers,
+    and GPU memory still held by a previous trial (retried once, then measured)."""
+    schedule = [
+        "",
+        "--fault-hang-at-startup",
+        "--fault-cut-stream-rate 1",
+        "--fault-hang-stream-rate 1",
+        "--fault-never-stream",
+        "--fault-gpu-memory-held 20G",
+        "",  # the retry after the held memory came back
+    ]
+    process = run_with_faults(tmp_path, schedule, "--trial-timeout", "15s")
+    text = (tmp_path / "autotune.out").read_text()
+    assert process.returncode == 0, text
+    outcomes = assert_consistent(tmp_path, 6)
+    expected = ["ok", "startup-timeout", "no-requests", "trial-timeout", "trial-timeout", "ok"]
+    assert outcomes == expected, text
+    retried = next((tmp_path / "runs").glob("*/trial-0005/server.log")).read_text()
+    assert "retried: the first start failed because process 424242 held 20.00 GiB" in retried
