@@ -448,16 +448,39 @@ def exhaustive_sweep(quick: bool) -> None:
     )
 
 
+def corner_subset(points: list[MeasuredPoint]) -> tuple[int, ...] | None:
+    """The fewest and most clients of each request shape (output tokens, MTP), if that is
+    FIT_POINTS points: the design docs/simulator.md recommends (and the vllm group fits)."""
+    shapes: dict[tuple[int, int], list[int]] = {}
+    for index, point in enumerate(points):
+        shapes.setdefault((point.output_tokens, point.mtp), []).append(index)
+    corners = set()
+    for indices in shapes.values():
+        corners.add(min(indices, key=lambda index: points[index].concurrency))
+        corners.add(max(indices, key=lambda index: points[index].concurrency))
+    return tuple(sorted(corners)) if len(corners) == FIT_POINTS else None
+
+
 def leave_some_out(
-    hardware: str, model: str, points: list[MeasuredPoint], splits: int, seed: int = 0
+    hardware: str,
+    model: str,
+    points: list[MeasuredPoint],
+    splits: int,
+    seed: int = 0,
+    subsets: list[tuple[int, ...]] | None = None,
 ) -> dict[str, list[float]]:
-    """Fit on FIT_POINTS points, predict the others; absolute relative errors, per split."""
+    """Fit on FIT_POINTS points, predict the others; absolute relative errors, per split.
+
+    ``subsets``: the fitted points of each split; None: ``splits`` random ones.
+    A split never predicts a point it was fitted on.
+    """
     targets = [point_target(hardware, model, point) for point in points]
     raw = [predicted(target, DEFAULT_CONSTANTS) for target in targets]
-    subsets = list(itertools.combinations(range(len(targets)), FIT_POINTS))
-    chosen = random.Random(seed).sample(subsets, min(splits, len(subsets)))
+    if subsets is None:
+        every = list(itertools.combinations(range(len(targets)), FIT_POINTS))
+        subsets = random.Random(seed).sample(every, min(splits, len(every)))
     errors: dict[str, list[float]] = {key: [] for key in ("raw tok", "raw lat", "tok", "lat")}
-    for subset in chosen:
+    for subset in subsets:
         constants = fit_constants([targets[index] for index in subset])
         for index, target in enumerate(targets):
             if index in subset:
@@ -472,7 +495,7 @@ def leave_some_out(
 def calibration_validation(splits: int) -> None:
     print(
         f"## Calibrated vs uncalibrated: fit on {FIT_POINTS} measured points, predict the "
-        f"rest ({splits} random splits)\n"
+        f"rest (random splits, and the corners: fewest and most clients of each request shape)\n"
     )
     rows: list[list[object]] = []
     for name, (hardware, model, path) in MEASURED_TABLES.items():
@@ -480,14 +503,19 @@ def calibration_validation(splits: int) -> None:
             print(f"{name}: {path} is missing (scripts/measure_vllm_cpu.py writes it)\n")
             continue
         points = load_points(path)
-        errors = leave_some_out(hardware, model, points, splits)
-        row: list[object] = [name, len(points)]
-        for key in ("raw tok", "tok", "raw lat", "lat"):
-            row += [f"{np.median(errors[key]):.1%}", f"{max(errors[key]):.1%}"]
-        rows.append(row)
+        designs = [(f"{splits} random splits", None)]
+        corners = corner_subset(points)
+        if corners is not None:
+            designs.append(("corners", [corners]))
+        for design, subsets in designs:
+            errors = leave_some_out(hardware, model, points, splits, subsets=subsets)
+            row: list[object] = [name, len(points), design]
+            for key in ("raw tok", "tok", "raw lat", "lat"):
+                row += [f"{np.median(errors[key]):.1%}", f"{max(errors[key]):.1%}"]
+            rows.append(row)
     table(
         [
-            "table", "points",
+            "table", "points", "fitted on",
             "tok/s raw median", "raw worst", "calibrated median", "calibrated worst",
             "latency raw median", "raw worst", "calibrated median", "calibrated worst",
         ],
@@ -504,7 +532,7 @@ def main() -> None:
     parser.add_argument(
         "--calibration-only", action="store_true", help="only the leave-some-out table"
     )
-    parser.add_argument("--splits", type=int, default=8, help="leave-some-out splits per table")
+    parser.add_argument("--splits", type=int, default=16, help="leave-some-out splits per table")
     args = parser.parse_args()
     if args.agents_only:
         parallel_agents()

@@ -48,12 +48,13 @@ ALWAYS_FITTED = (
     "step_overhead_s",
     "per_seq_overhead_s",
     "request_overhead_s",
+    "host_per_output_s",
 )
 MTP_FITTED = ("draft_pass_overhead_s",)
 PRIOR_WEIGHT = 0.03  # residual per unit log-deviation from the starting constants
 MIN_SCALE = 1e-7  # a constant's smallest fitted value (its log must exist)
 # Where the fit starts a constant that is 0 by default (scalars are fitted on a log scale).
-FIT_START = {"request_overhead_s": 10e-3}
+FIT_START = {"request_overhead_s": 10e-3, "host_per_output_s": 0.5e-3}
 FAILED_RESIDUAL = math.log(10.0)  # a measured point the model says cannot run
 DIFF_STEP = 0.1  # finite-difference step: 10% on a log scale; acceptance draws are a staircase
 MAX_EVALUATIONS = 40  # least-squares iterations (each costs one prediction per parameter)

@@ -275,10 +275,11 @@ class SimEngineCore:
         )
 
     def _shape(self, scheduled: list[_Scheduled]) -> StepShape:
-        prefill_tokens = decode_tokens = context = external = spec_seqs = 0
+        prefill_tokens = decode_tokens = context = external = spec_seqs = emitting = 0
         pairs = 0.0
         for item in scheduled:
             computed = item.running.num_computed
+            emitting += item.num_new - item.num_drafts >= item.running.num_known - computed
             context += computed
             pairs += item.num_new * (computed + item.num_new / 2)
             external += item.external_tokens
@@ -296,6 +297,7 @@ class SimEngineCore:
             num_spec_seqs=spec_seqs,
             num_draft_passes=self._num_spec if spec_seqs else 0,
             external_load_tokens=external,
+            num_output_seqs=emitting,
         )
 
     def _advance(self, item: _Scheduled) -> TokenOutput | None:

@@ -11,8 +11,10 @@ bandwidth, against FLOPs (2 per GEMM parameter per token, plus attention) over
 tensor throughput, the two overlapping imperfectly. Fixed costs: a per-step launch
 overhead (larger without CUDA graphs), a per-sequence CPU cost, one pass of
 the draft head per speculative token, and PCIe copies of external (LMCache)
-prefix hits. The constants (efficiencies, overheads) are a ``SpeedConstants``
-value: the defaults, or a calibration profile's.
+prefix hits. The host's output stage (API server and client, per streamed
+chunk) runs beside the engine, so a step takes at least its time. The
+constants (efficiencies, overheads) are a ``SpeedConstants`` value: the
+defaults, or a calibration profile's.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class StepShape:
     num_spec_seqs: int = 0  # decode sequences that draft this step
     num_draft_passes: int = 0  # draft-head forwards (k when any sequence drafts)
     external_load_tokens: int = 0  # prefix tokens copied in from host memory (LMCache)
+    num_output_seqs: int | None = None  # sequences emitting tokens (None: all of them)
 
     @property
     def num_tokens(self) -> int:
@@ -139,4 +142,6 @@ class RooflineTimeModel:
             )
         if shape.external_load_tokens:
             time_s += shape.external_load_tokens * memory.attention_bytes_per_token / self._pcie
-        return time_s
+        # The host's output stage runs beside the engine: the slower of the two sets the pace.
+        emitting = shape.num_seqs if shape.num_output_seqs is None else shape.num_output_seqs
+        return max(time_s, constants.host_per_output_s * emitting)

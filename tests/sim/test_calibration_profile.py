@@ -116,3 +116,26 @@ def test_request_overhead_ends_each_request_later_not_its_first_token() -> None:
     assert later.stats.e2e.mean == pytest.approx(plain.stats.e2e.mean + 0.5, rel=1e-6)
     assert later.stats.ttft.mean == pytest.approx(plain.stats.ttft.mean, rel=1e-6)
     assert later.stats.output_throughput_tok_s < plain.stats.output_throughput_tok_s
+
+
+def test_host_output_stage_paces_steps_only_once_it_is_the_slower_stage() -> None:
+    """Per streamed chunk host work runs beside the engine: a floor, not an addition."""
+    tiny = baseline_config(
+        "cpu-2c", "tiny-qwen2", enforce_eager=True, max_model_len=1024,
+        kv_cache_memory_bytes=256 << 20,
+    )  # fmt: skip
+    plan = expand(fixed(requests=16, prompt_tokens=64, output_tokens=64))
+    host = CalibrationProfile(constants=SpeedConstants(host_per_output_s=0.5e-3))
+
+    def tpot(clients: int, calibration: CalibrationProfile | None) -> float:
+        load = LoadSpec(mode="concurrency", concurrency=clients)
+        prediction = predict(tiny, plan, load, calibration=calibration)
+        assert prediction.failure is None and prediction.stats.tpot.mean is not None
+        return prediction.stats.tpot.mean
+
+    engine_1 = tpot(1, None)
+    assert engine_1 > 0.5e-3  # one sequence: the engine's step is the slower stage
+    assert tpot(1, host) == pytest.approx(engine_1, rel=1e-6)
+    # Eight sequences: 8 x 0.5 ms of host work per step exceeds the engine's step.
+    assert tpot(8, None) < 4e-3
+    assert tpot(8, host) == pytest.approx(4e-3, rel=0.02)
