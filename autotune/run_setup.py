@@ -30,6 +30,7 @@ from autotune.preflight import (
 )
 from autotune.prescreen import try_prescreen
 from autotune.replay.load import LoadSpec
+from autotune.sim.calibration import CalibrationProfile, load_profile
 from autotune.sim.hardware import get_gpu
 from autotune.sim.models import ModelSpec, get_model
 from autotune.sim.prompt import PromptRenderer
@@ -81,6 +82,7 @@ class RunOptions(BaseModel):
     noise: float = Field(default=0.0, ge=0)
     vllm_executable: str = "vllm"
     tokenizer: str | None = None  # the served model's tokenizer, when not found from --model
+    calibration: Path | None = None  # a profile for the simulator's speed (engine and tuner)
     prescreen: bool = True  # ask the memory model before launching
     artifacts_dir: Path | None = None
     heartbeat_interval_s: int = Field(default=DEFAULT_HEARTBEAT_S, ge=1)
@@ -107,6 +109,7 @@ def prepare_study(options: RunOptions, *, say: Callable[[str], None] | None = No
         raise InputError(f"--workload {options.workload}: no such file")
     space_path = options.space or default_space_path(options.model, options.sim_model)
     space = load_space(space_path)
+    calibration = _calibration(options)
     token_note = None
     tokenizer_found = False
     sim_tokenizer = None
@@ -138,6 +141,9 @@ def prepare_study(options: RunOptions, *, say: Callable[[str], None] | None = No
         )
     longest = max((request.prompt_tokens for request in plan.requests), default=0)
     if options.engine == "sim":
+        extra_args = ("--tokenizer", options.tokenizer) if options.tokenizer else ()
+        if options.calibration is not None:
+            extra_args += ("--calibration", str(options.calibration.resolve()))
         engine = make_engine(
             "sim",
             hardware=options.hardware,
@@ -145,7 +151,7 @@ def prepare_study(options: RunOptions, *, say: Callable[[str], None] | None = No
             seed=options.seed or 0,
             noise=options.noise,
             sim_model=options.sim_model,
-            extra_args=("--tokenizer", options.tokenizer) if options.tokenizer else (),
+            extra_args=extra_args,
         )
         prescreen = try_prescreen(
             hardware=options.hardware,
@@ -155,7 +161,12 @@ def prepare_study(options: RunOptions, *, say: Callable[[str], None] | None = No
         )
         gpu = options.hardware
         oracle = try_oracle(
-            options.hardware, options.sim_model or options.model, plan, options.load, goal
+            options.hardware,
+            options.sim_model or options.model,
+            plan,
+            options.load,
+            goal,
+            calibration=calibration,
         )
     else:
         engine = make_engine("vllm", executable=options.vllm_executable)
@@ -165,7 +176,9 @@ def prepare_study(options: RunOptions, *, say: Callable[[str], None] | None = No
             certain_above=REAL_ENGINE_CERTAIN_OOM_MARGIN,
             max_prompt_tokens=longest,
         )
-        oracle = try_oracle(options.hardware, options.sim_model, plan, options.load, goal)
+        oracle = try_oracle(
+            options.hardware, options.sim_model, plan, options.load, goal, calibration=calibration
+        )
         gpu = options.hardware or engine.hardware().gpu_name.replace(" ", "-").lower()
     name = options.study or default_study_name(
         options.model, gpu, plan.name, [o.value for o in goal.objectives]
@@ -196,7 +209,23 @@ def prepare_study(options: RunOptions, *, say: Callable[[str], None] | None = No
         heartbeat_interval_s=options.heartbeat_interval_s,
         tuner=options.tuner,
         oracle=oracle,
+        calibration=calibration,
     )
+
+
+def _calibration(options: RunOptions) -> CalibrationProfile | None:
+    """The --calibration profile, checked against the GPU and model it will predict."""
+    if options.calibration is None:
+        return None
+    profile = load_profile(options.calibration)
+    sim_model = options.sim_model or (options.model if options.engine == "sim" else None)
+    if options.hardware is None or sim_model is None:
+        raise InputError(
+            "--calibration: the simulator's predictions need --hardware and --sim-model "
+            "with a real engine"
+        )
+    profile.check_fitted_for(options.hardware, sim_model)
+    return profile
 
 
 def _target(options: RunOptions) -> Target:
@@ -276,7 +305,13 @@ def _preflight(
 
 
 def try_oracle(
-    hardware: str | None, sim_model: str | None, plan: WorkloadPlan, load: LoadSpec, goal: Goal
+    hardware: str | None,
+    sim_model: str | None,
+    plan: WorkloadPlan,
+    load: LoadSpec,
+    goal: Goal,
+    *,
+    calibration: CalibrationProfile | None = None,
 ) -> SimOracle | None:
     """The simulator's predictor for the guided search, when both names are in its catalogs."""
     if hardware is None or sim_model is None:
@@ -286,4 +321,11 @@ def try_oracle(
         get_model(sim_model)
     except InputError:
         return None
-    return SimOracle(hardware=hardware, sim_model=sim_model, plan=plan, load=load, goal=goal)
+    return SimOracle(
+        hardware=hardware,
+        sim_model=sim_model,
+        plan=plan,
+        load=load,
+        goal=goal,
+        calibration=calibration,
+    )

@@ -36,6 +36,7 @@ from autotune.objective import Goal, Score, request_slo, score
 from autotune.replay.load import LoadSpec
 from autotune.replay.records import RequestRecord
 from autotune.replay.stats import records_frame
+from autotune.sim.calibration import CalibrationProfile
 from autotune.space import SearchSpace
 from autotune.trial import Prescreen, TrialResult, derive_config, run_trial
 from autotune.trial_config import TrialConfig
@@ -92,6 +93,7 @@ class StudySpec:
     tuner: TunerSettings = field(default_factory=TunerSettings)
     oracle: SimOracle | None = None  # the simulator's prediction of any config (warm start)
     prediction_cache: PredictionCache | None = None
+    calibration: CalibrationProfile | None = None  # the simulator's speed constants, if given
     # How a config is measured; None: launch the engine (benchmarks answer in-process).
     measure: Callable[[StudySpec, TrialConfig, Path], TrialResult] | None = None
 
@@ -192,6 +194,7 @@ def study_attrs(spec: StudySpec, engine_version: str) -> dict[str, Any]:
         },
         "space_digest": spec.space.digest(),
         "time_scale": getattr(spec.engine, "time_scale", 1.0),
+        "calibration": spec.calibration.provenance() if spec.calibration else None,
     }
 
 
@@ -220,6 +223,7 @@ def create_or_resume(
                     f"study {spec.name!r} was created with another {key.replace('_', ' ')} "
                     f"({stored[key]!r}, now {attrs[key]!r}); use --study NEW_NAME"
                 )
+        _check_same_calibration(spec.name, stored, attrs["calibration"])
         study = optuna.load_study(study_name=spec.name, storage=storage, sampler=sampler)
         if list(study.directions) != [_direction(d) for d in spec.goal.directions]:
             raise StudyMismatchError(f"study {spec.name!r} has other objective directions")
@@ -233,6 +237,26 @@ def create_or_resume(
     for key, value in attrs.items():
         study.set_user_attr(key, value)
     return study
+
+
+def _check_same_calibration(name: str, stored: dict[str, Any], used: dict[str, Any] | None) -> None:
+    """StudyMismatchError when the study's trials were predicted with another profile."""
+    if "calibration" not in stored:  # a study older than the attr
+        return
+    before = stored["calibration"]
+    if (before or {}).get("digest") == (used or {}).get("digest"):
+        return
+    raise StudyMismatchError(
+        f"study {name!r} was run with {_profile_words(before)}, now {_profile_words(used)}; "
+        "resume with the same --calibration, or use --study NEW_NAME"
+    )
+
+
+def _profile_words(provenance: dict[str, Any] | None) -> str:
+    if provenance is None:
+        return "no calibration profile"
+    where = provenance.get("path") or provenance.get("source") or "a profile"
+    return f"calibration profile {where} (digest {provenance.get('digest')})"
 
 
 def _direction(name: str) -> optuna.study.StudyDirection:

@@ -46,6 +46,7 @@ class StudyInfo(BaseModel):
     max_error_rate: float | None = None
     space: dict[str, Any] = {}
     time_scale: float = 1.0
+    calibration: dict[str, Any] | None = None  # the profile's digest and provenance
 
     @property
     def gpu_name(self) -> str:

@@ -160,6 +160,14 @@ def run(
         int | None,
         typer.Option("--max-model-len", help="Fix it (default: sized from the workload)."),
     ] = None,
+    calibration: Annotated[
+        Path | None,
+        typer.Option(
+            "--calibration",
+            help="Calibration profile (autotune sim calibrate) for the simulator's speed: "
+            "the simulated server's and the tuner's predictions.",
+        ),
+    ] = None,
     prescreen: Annotated[
         bool,
         typer.Option("--prescreen/--no-prescreen", help="Skip configs the memory model rejects."),
@@ -193,6 +201,7 @@ def run(
         vllm_executable=vllm_executable,
         tokenizer=tokenizer,
         max_model_len=max_model_len,
+        calibration=calibration,
         prescreen=prescreen,
         heartbeat_interval_s=heartbeat_interval,
         tuner=TunerSettings(warm_start=warm_start, learn=learn, confirm=confirm, dedup=dedup),

@@ -12,8 +12,10 @@ is a valid profile for any GPU and model (what a perturbed "truth" model is).
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError
@@ -90,9 +92,33 @@ class CalibrationProfile(BaseModel):
         """How messages name the profile: its file, else what it was fitted on."""
         return str(self._path) if self._path else self.source or "(unnamed profile)"
 
+    def digest(self) -> str:
+        """A hash of the profile's content (not of its file's name or layout)."""
+        text = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def provenance(self) -> dict[str, Any]:
+        """What a study stores of the profile it used: its digest and what it was fitted on."""
+        return {
+            "digest": self.digest(),
+            "path": str(self._path) if self._path else None,
+            "hardware": self.hardware,
+            "model": self.model,
+            "engine_version": self.engine_version,
+            "workload_digest": self.workload_digest,
+            "source": self.source,
+            "fitted": list(self.fitted),
+            "points": len(self.points),
+            "expected_error": self.expected_error,
+        }
+
     def check_applies(self, config: SimConfig) -> None:
         """InputError when the profile was fitted on another GPU or model than ``config``'s."""
-        for field, wanted in (("hardware", config.hardware), ("model", config.model)):
+        self.check_fitted_for(config.hardware, config.model)
+
+    def check_fitted_for(self, hardware: str, model: str) -> None:
+        """InputError when the profile was fitted on another GPU or model than these."""
+        for field, wanted in (("hardware", hardware), ("model", model)):
             fitted_on = getattr(self, field)
             if fitted_on is not None and fitted_on != wanted:
                 raise InputError(

@@ -73,3 +73,25 @@ def test_resuming_with_another_workload_is_refused_and_the_study_untouched(tmp_p
     after = optuna.load_study(study_name="mine", storage=storage)
     assert len(after.trials) == 1
     assert after.user_attrs == {"workload_digest": "an-older-workload"}
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("constants:\n  bandwidth_efficiency: fast\n", "constants.bandwidth_efficiency:"),
+        ("hardware: h200-141g\n", "was fitted for hardware 'h200-141g', not 'rtx4080s-32g'"),
+        ("constants: [1, 2\n", ":2: not YAML"),
+    ],
+)
+def test_bad_calibration_profile_names_file_and_field(
+    tmp_path: Path, text: str, expected: str
+) -> None:
+    profile = tmp_path / "profile.yaml"
+    profile.write_text(text)
+    code, err = invoke(tmp_path, "--calibration", str(profile))
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1, err
+    assert str(profile) in err and expected in err
+    assert not (tmp_path / "a.db").exists() or not optuna.get_all_study_names(
+        f"sqlite:///{tmp_path / 'a.db'}"
+    )
