@@ -13,6 +13,7 @@ DEFAULT_ARTIFACTS_DIR = Path("studies/artifacts")  # when the storage is not a S
 DEFAULT_RUNS_DIR = Path("studies/runs")  # server logs of trials, before upload as artifacts
 DEFAULT_TRIALS = 20  # COMPLETE trials a study runs to
 DEFAULT_SAMPLER = "guided"
+DEFAULT_PRUNE = True  # stop hopeless trials early (docs/benchmarks.md: pruning)
 DEFAULT_STARTUP_TIMEOUT_S = 900.0  # a 27B model's first start (load + graph capture) on one GPU
 DEFAULT_TIME_SCALE = 20.0  # the simulator's speed-up over modelled time in a study
 DEFAULT_HEARTBEAT_S = 10  # Optuna heartbeat; a trial silent 3x this long is stale

@@ -198,7 +198,9 @@ def score(
         constraints[slo.key] = margin
         slo_missed |= margin > 0
     values = [_objective_value(name, stats) for name in goal.objectives]
-    if constraints["error_rate"] > 0:
+    if outcome_override == Outcome.PRUNED:  # stopped early: figures so far, not a result
+        outcome = Outcome.PRUNED.value
+    elif constraints["error_rate"] > 0:
         outcome = Outcome.ERRORS.value
     elif slo_missed:
         outcome = Outcome.SLO_VIOLATED.value

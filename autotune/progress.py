@@ -55,7 +55,7 @@ class Tally:
         if trial.number in self._counted:
             return record
         self._counted.add(trial.number)
-        if trial.state == TrialState.COMPLETE:  # FAIL (our own error) does not count
+        if trial.state in (TrialState.COMPLETE, TrialState.PRUNED):  # not FAIL (our own error)
             self.done_now += 1
         value = trial.values[0] if trial.values else None
         feasible = all(v <= 0 for v in trial.constraints.values())
@@ -146,6 +146,8 @@ class PlainProgress:
             outcome = f"{outcome}: {record.error}"
         value = trial.values[0] if trial.values and record.measured else None
         shown = f"{value:,.1f} {self.metric}" if value is not None else "no measurement"
+        if trial.state == TrialState.PRUNED and record.replay and record.replay.stopped_early:
+            shown = record.replay.stopped_early
         flags = dict(record.config.flags) if record.config else {}
         wall = record.wall_s if record.wall_s is not None else time.monotonic() - self.trial_started
         eta = self.tally.eta_s()

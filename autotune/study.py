@@ -32,8 +32,10 @@ from autotune.defaults import (
 )
 from autotune.engines.base import BaseEngine
 from autotune.errors import InputError, StorageError, StudyMismatchError
-from autotune.objective import Goal, Score, request_slo, score
+from autotune.objective import Goal, ObjectiveName, Score, request_slo, score
+from autotune.pruning import BelowBestPruner, PruneJudge
 from autotune.replay.load import LoadSpec
+from autotune.replay.load_policy import Progress
 from autotune.replay.records import RequestRecord
 from autotune.replay.stats import records_frame
 from autotune.sim.calibration import CalibrationProfile
@@ -50,6 +52,8 @@ from autotune.workload.plan import WorkloadPlan
 
 SAMPLERS = ("guided", "gp", "tpe", "random", "grid")
 IDENTITY_ATTRS = ("space_digest", "workload_digest", "objectives", "engine", "model")
+# Trials that spent a launch of the --trials budget: measured, failed, or pruned early.
+COUNTED_STATES = (TrialState.COMPLETE, TrialState.PRUNED)
 
 
 class StudyObserver(Protocol):
@@ -95,7 +99,11 @@ class StudySpec:
     prediction_cache: PredictionCache | None = None
     calibration: CalibrationProfile | None = None  # the simulator's speed constants, if given
     # How a config is measured; None: launch the engine (benchmarks answer in-process).
-    measure: Callable[[StudySpec, TrialConfig, Path], TrialResult] | None = None
+    # Its last argument, when not None, sees the replay's progress and may stop it.
+    measure: (
+        Callable[[StudySpec, TrialConfig, Path, Callable[[Progress], bool] | None], TrialResult]
+        | None
+    ) = None
 
 
 def open_storage(
@@ -214,6 +222,7 @@ def create_or_resume(
         tuner=tuner,
     )
     attrs = study_attrs(spec, engine_version)
+    pruner = BelowBestPruner() if prunes(spec) else optuna.pruners.NopPruner()
     existing = {summary.study_name: summary for summary in optuna.get_all_study_summaries(storage)}
     if spec.name in existing:
         stored = existing[spec.name].user_attrs
@@ -224,12 +233,18 @@ def create_or_resume(
                     f"({stored[key]!r}, now {attrs[key]!r}); use --study NEW_NAME"
                 )
         _check_same_calibration(spec.name, stored, attrs["calibration"])
-        study = optuna.load_study(study_name=spec.name, storage=storage, sampler=sampler)
+        study = optuna.load_study(
+            study_name=spec.name, storage=storage, sampler=sampler, pruner=pruner
+        )
         if list(study.directions) != [_direction(d) for d in spec.goal.directions]:
             raise StudyMismatchError(f"study {spec.name!r} has other objective directions")
         return study
     study = optuna.create_study(
-        study_name=spec.name, storage=storage, sampler=sampler, directions=spec.goal.directions
+        study_name=spec.name,
+        storage=storage,
+        sampler=sampler,
+        pruner=pruner,
+        directions=spec.goal.directions,
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -263,8 +278,15 @@ def _direction(name: str) -> optuna.study.StudyDirection:
     return optuna.study.StudyDirection[name.upper()]
 
 
+def prunes(spec: StudySpec) -> bool:
+    """Pruning is on and the study maximizes output throughput alone (what the replay
+    reports as it goes)."""
+    return spec.tuner.prune and spec.goal.objectives == [ObjectiveName.THROUGHPUT]
+
+
 def completed_count(study: optuna.Study) -> int:
-    return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+    """Finished trials that count towards ``--trials``: COMPLETE and PRUNED."""
+    return len(study.get_trials(deepcopy=False, states=COUNTED_STATES))
 
 
 def completed_trials(spec: StudySpec) -> int | None:
@@ -276,7 +298,8 @@ def completed_trials(spec: StudySpec) -> int | None:
 
 
 def run_study(spec: StudySpec, *, observer: StudyObserver | None = None) -> optuna.Study:
-    """Run trials until ``n_trials`` are COMPLETE (resume counts earlier ones) or time is up.
+    """Run trials until ``n_trials`` are COMPLETE or PRUNED (resume counts earlier ones) or
+    time is up.
 
     Raises KeyboardInterrupt after recording the running trial as interrupted.
     """
@@ -301,9 +324,7 @@ def run_study(spec: StudySpec, *, observer: StudyObserver | None = None) -> optu
         return study
     callbacks = []
     if spec.n_trials is not None:
-        callbacks.append(
-            optuna.study.MaxTrialsCallback(spec.n_trials, states=(TrialState.COMPLETE,))
-        )
+        callbacks.append(optuna.study.MaxTrialsCallback(spec.n_trials, states=COUNTED_STATES))
     if observer is not None:
         callbacks.append(
             lambda study, trial: observer.on_trial_end(trial, trial_outcome(trial), study)
@@ -401,6 +422,8 @@ class _TrialRunner:
         self.tuner.record(
             trial, key, listed if trial.user_attrs.get("measured") else None, trial.constraints
         )
+        if result.outcome_override == Outcome.PRUNED:
+            raise optuna.TrialPruned(result.stats.stopped_early if result.stats else None)
         return values
 
     def _repeat(self, trial: optuna.Trial, twin: Any) -> float | list[float]:
@@ -433,9 +456,18 @@ class _TrialRunner:
                 rule_violations=violations,
             )
         log_path = spec.runs_dir / _slug(spec.name) / f"trial-{trial.number:04d}" / "server.log"
+        judge = None
+        if prunes(spec) and trial.user_attrs.get("confirms") is None:  # re-measures run out
+            judge = PruneJudge(trial)
         if spec.measure is not None:
-            return spec.measure(spec, config, log_path)
-        return run_configured_trial(spec, config, log_path=log_path, observer=self.observer)
+            result = spec.measure(spec, config, log_path, judge)
+        else:
+            result = run_configured_trial(
+                spec, config, log_path=log_path, observer=self.observer, on_progress=judge
+            )
+        if judge is not None and judge.pruned_at is not None:
+            result.outcome_override = Outcome.PRUNED.value
+        return result
 
     def _finish(
         self, trial: optuna.Trial, result: TrialResult, is_baseline: bool, retry_of: int | None
@@ -522,6 +554,7 @@ def run_configured_trial(
     *,
     log_path: Path,
     observer: StudyObserver | None = None,
+    on_progress: Callable[[Progress], bool] | None = None,
 ) -> TrialResult:
     """One trial of ``config`` with the study's engine, workload, load, limits and pre-screen."""
     return asyncio.run(
@@ -537,6 +570,7 @@ def run_configured_trial(
             startup_timeout_s=spec.startup_timeout_s,
             trial_timeout_s=spec.trial_timeout_s,
             observer=observer,
+            on_progress=on_progress,
         )
     )
 

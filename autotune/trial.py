@@ -18,6 +18,7 @@ from autotune.defaults import DEFAULT_STARTUP_TIMEOUT_S
 from autotune.engines.base import BaseEngine
 from autotune.errors import ServerStartFailed
 from autotune.replay.load import LoadSpec, ReplayObserver, RequestSlo
+from autotune.replay.load_policy import Progress
 from autotune.replay.records import ReplayStats, RequestRecord
 from autotune.replay.runner import replay
 from autotune.space import SearchSpace
@@ -101,11 +102,14 @@ async def run_trial(
     startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S,
     trial_timeout_s: float | None = None,
     observer: TrialObserver | None = None,
+    on_progress: Callable[[Progress], bool] | None = None,
 ) -> TrialResult:
     """Launch ``config`` on ``engine``, replay ``plan`` under ``load``, stop the server.
 
     ``prescreen`` estimates memory first; with ``skip_predicted_oom`` a config it
-    rejects is scored as predicted-oom without a launch.
+    rejects is scored as predicted-oom without a launch. ``on_progress`` sees the
+    replay's throughput so far and may stop it (see ``replay``); the server is
+    stopped as usual.
 
     The server is stopped (its whole process group) before this returns, also
     on cancellation (Ctrl-C).
@@ -131,6 +135,7 @@ async def run_trial(
                 startup_timeout_s=startup_timeout_s,
                 on_phase=phase,
                 observer=observer,
+                on_progress=on_progress,
             )
     except TimeoutError:
         result.outcome_override = Outcome.TRIAL_TIMEOUT.value
@@ -148,6 +153,7 @@ async def _launch_and_replay(
     startup_timeout_s: float,
     on_phase: Callable[[str], None] | None,
     observer: ReplayObserver | None,
+    on_progress: Callable[[Progress], bool] | None = None,
 ) -> None:
     if on_phase is not None:
         on_phase("launching")
@@ -172,6 +178,7 @@ async def _launch_and_replay(
                 api_key=server.api_key,
                 slo=slo,
                 observer=observer,
+                on_progress=on_progress,
             )
             result.records = replayed.records
             result.stats = replayed.stats

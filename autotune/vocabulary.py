@@ -48,6 +48,7 @@ class Outcome(StrEnum):
     NO_REQUESTS = "no-requests"  # the replay completed nothing
     TRIAL_TIMEOUT = "trial-timeout"  # the trial ran past --trial-timeout
     DUPLICATE = "duplicate"  # the same launch as an earlier trial: its result, no launch
+    PRUNED = "pruned"  # stopped early: its throughput so far was far below the best's
 
 
 # A trial's stored outcome is an Outcome or a FailureClass value.

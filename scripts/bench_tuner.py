@@ -13,7 +13,12 @@ Figures per landscape, truth and strategy (over seeds): launches to 95% / 99%
 of the truth's exhaustive optimum over the lattice (the true, noise-free
 value of the config the tool would hand over after that launch; confirmation
 launches included), OOM launches per study, modelled GPU-hours to 99%
-(startup included), the true value of the final winner.
+(startup included) and per study, the true value of the final winner; with
+pruning, trials pruned per study and would-be winners pruned (a pruned config
+within 1% of the optimum, or better than what the tool would hand over then).
+The truth's virtual replay reports its throughput so far as the HTTP replay
+does; the study's pruner sees it (noise included) and may stop the trial:
+its modelled GPU time is then startup plus the replay up to that point.
 
     python scripts/bench_tuner.py [--quick] [--seeds 10] [--launches 30] [--json]
 """
@@ -30,7 +35,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,12 +43,15 @@ import optuna
 
 from autotune.engines import make_engine
 from autotune.objective import Goal, ObjectiveName
+from autotune.preflight import MAX_MODEL_LEN_FLAG, round_up
 from autotune.prescreen import make_prescreen
 from autotune.replay.load import LoadSpec
+from autotune.replay.load_policy import Progress
 from autotune.sim.calibration import CalibrationProfile
 from autotune.sim.flags import parse_serve_args
 from autotune.sim.models import get_model
 from autotune.sim.predict import Prediction
+from autotune.sim.prompt import PromptRenderer
 from autotune.sim.speed_constants import DEFAULT_CONSTANTS, SpeedConstants
 from autotune.sim.startup import startup_phases
 from autotune.space import SEARCH_SPACES_DIR, SearchSpace, load_space
@@ -66,6 +74,7 @@ from autotune.workload.plan import WorkloadPlan
 REPO = Path(__file__).resolve().parents[1]
 NOISE = 0.03  # run-to-run spread of every measured throughput
 MAX_TRIALS = 90  # trials per study, launched or not (pre-screened, duplicates)
+KV_BLOCK = 16  # max-model-len rounded up to this, as the pre-flight rounds it
 
 
 @dataclass(frozen=True)
@@ -164,12 +173,21 @@ class StudyLog:
     seconds: list[float] = field(default_factory=list)  # modelled GPU seconds per launch
     handed_over: list[float] = field(default_factory=list)  # true value / optimum per launch
     last_launched: bool = False
+    pruned: int = 0  # launches stopped early
+    winners_pruned: int = 0  # ... whose config is within 1% of the optimum
+    improvers_pruned: int = 0  # ... whose config beats what the tool would hand over then
 
 
-def in_process_measure(truth: Truth, log: StudyLog, rng: random.Random) -> Callable:
-    """The study's measure hook: the pre-screen, then the truth's prediction with noise."""
+def in_process_measure(truth: Truth, log: StudyLog, rng: random.Random, optimum: float) -> Callable:
+    """The study's measure hook: the pre-screen, then the truth's prediction with noise;
+    the prediction's progress goes to ``on_progress`` (the pruner) as the replay's would."""
 
-    def measure(spec: StudySpec, config: TrialConfig, log_path: Path) -> TrialResult:
+    def measure(
+        spec: StudySpec,
+        config: TrialConfig,
+        log_path: Path,
+        on_progress: Callable[[Progress], bool] | None = None,
+    ) -> TrialResult:
         result = TrialResult(config=config)
         result.memory = spec.prescreen(config) if spec.prescreen is not None else None
         log.last_launched = False
@@ -203,10 +221,30 @@ def in_process_measure(truth: Truth, log: StudyLog, rng: random.Random) -> Calla
                 "request_throughput_rps": stats.request_throughput_rps * factor,
             }
         )
-        log.seconds.append(startup_s + stats.duration_s)
+        replay_s = stats.duration_s
+        for point in prediction.progress if on_progress is not None else ():
+            seen = replace(point, output_tok_s=point.output_tok_s * factor)
+            if on_progress(seen):  # type: ignore[misc]  # not None in this loop
+                result.stats = result.stats.model_copy(
+                    update={
+                        "output_throughput_tok_s": seen.output_tok_s,
+                        "stopped_early": f"pruned at {point.step}% of the replay",
+                    }
+                )
+                replay_s = point.at_s
+                _count_prune(log, truth.value(config), optimum)
+                break
+        log.seconds.append(startup_s + replay_s)
         return result
 
     return measure
+
+
+def _count_prune(log: StudyLog, value: float | None, optimum: float) -> None:
+    log.pruned += 1
+    share = (value or 0.0) / optimum
+    log.winners_pruned += int(share >= 0.99)
+    log.improvers_pruned += int(share > (log.handed_over[-1] if log.handed_over else 0.0))
 
 
 class BenchObserver:
@@ -303,7 +341,7 @@ class AutoTuneWalk(optuna.samplers.BaseSampler):
 
 
 # strategy -> (sampler, tuner settings)
-PLAIN = TunerSettings(warm_start=0, learn=False, confirm=0, dedup=False)
+PLAIN = TunerSettings(warm_start=0, learn=False, confirm=0, dedup=False, prune=False)
 DEFAULT = TunerSettings()
 STRATEGIES: dict[str, tuple[str, TunerSettings]] = {
     "grid (auto_tune walk)": ("grid-walk", PLAIN),
@@ -315,6 +353,7 @@ STRATEGIES: dict[str, tuple[str, TunerSettings]] = {
     "default, no learning": ("guided", TunerSettings(learn=False)),
     "default, no confirmation": ("guided", TunerSettings(confirm=0)),
     "default, no dedup": ("guided", TunerSettings(dedup=False)),
+    "default, no pruning": ("guided", TunerSettings(prune=False)),
     "default, no simulator (tpe)": ("tpe", DEFAULT),
 }
 
@@ -353,7 +392,7 @@ def run_one(
             tuner=settings,
             oracle=setup["oracle"],
             prediction_cache=setup["cache"],
-            measure=in_process_measure(truth, log, rng),
+            measure=in_process_measure(truth, log, rng, optimum),
         )
         main_budget = budget - settings.confirm
         observer = BenchObserver(log, truth, spec.space, optimum, main_budget)
@@ -410,13 +449,17 @@ def summarize(logs: list[StudyLog], budget: int) -> dict:
         "winner_median": statistics.median(finals),
         "winner_worst": min(finals),
         "winner_within_1pct_rate": sum(f >= 0.99 for f in finals) / len(finals),
+        "gpu_hours_per_study": statistics.fmean(sum(log.seconds) for log in logs) / 3600,
+        "pruned_per_study": statistics.fmean(log.pruned for log in logs),
+        "winners_pruned_per_study": statistics.fmean(log.winners_pruned for log in logs),
+        "improvers_pruned_per_study": statistics.fmean(log.improvers_pruned for log in logs),
         "seeds": len(logs),
     }
 
 
 def prepare(landscape: Landscape) -> dict:
-    space = load_space(landscape.space)
     plan = landscape.plan()
+    space = sized_space(load_space(landscape.space), plan)
     goal = Goal([ObjectiveName.THROUGHPUT], [])
     longest = max(request.prompt_tokens for request in plan.requests)
     prescreen = make_prescreen(
@@ -432,6 +475,20 @@ def prepare(landscape: Landscape) -> dict:
         "cache": {},
         "engine": make_engine("sim", hardware=landscape.hardware),
     }
+
+
+def sized_space(space: SearchSpace, plan: WorkloadPlan) -> SearchSpace:
+    """The space with max-model-len sized from the plan's longest request, as the
+    pre-flight of `autotune run` sizes it (else long prompts are answered 400)."""
+    if MAX_MODEL_LEN_FLAG in space.fixed:
+        return space
+    renderer = PromptRenderer()
+    longest = max(
+        len(renderer.render_array(r.system, r.messages, r.endpoint)) + r.output_tokens
+        for r in plan.requests
+    )
+    fixed = space.fixed | {MAX_MODEL_LEN_FLAG: round_up(longest, KV_BLOCK)}
+    return space.model_copy(update={"fixed": fixed})
 
 
 def exhaustive(setup: dict, landscape: Landscape, truth: Truth) -> tuple[float, int, float]:
@@ -538,7 +595,10 @@ def print_row(row: dict) -> None:
         f"| OOM/study {row['oom_launches_per_study']:.1f} "
         f"| GPU-h to99 {fmt(hours and round(hours, 2))} "
         f"| winner med {row['winner_median']:.3f} worst {row['winner_worst']:.3f} "
-        f"within1% {row['winner_within_1pct_rate']:.0%} ({row['seconds']:.0f} s)",
+        f"within1% {row['winner_within_1pct_rate']:.0%} "
+        f"| GPU-h/study {row['gpu_hours_per_study']:.2f} "
+        f"pruned {row['pruned_per_study']:.1f} (winners {row['winners_pruned_per_study']:.1f}, "
+        f"improvers {row['improvers_pruned_per_study']:.1f}) ({row['seconds']:.0f} s)",
         flush=True,
     )
 

@@ -29,6 +29,7 @@ from autotune.cli._run_output import (
 )
 from autotune.defaults import (
     DEFAULT_HEARTBEAT_S,
+    DEFAULT_PRUNE,
     DEFAULT_SAMPLER,
     DEFAULT_STARTUP_TIMEOUT_S,
     DEFAULT_STORAGE_URL,
@@ -123,6 +124,13 @@ def run(
         bool,
         typer.Option("--dedup/--no-dedup", help="Never launch the same effective config twice."),
     ] = True,
+    prune: Annotated[
+        bool,
+        typer.Option(
+            "--prune/--no-prune",
+            help="Stop a trial early when its throughput so far is far below the best's.",
+        ),
+    ] = DEFAULT_PRUNE,
     seed: Annotated[int | None, typer.Option("--seed")] = None,
     slo: Annotated[
         list[str] | None, typer.Option("--slo", help="e.g. ttft_p95<=2s (repeatable).")
@@ -204,7 +212,9 @@ def run(
         calibration=calibration,
         prescreen=prescreen,
         heartbeat_interval_s=heartbeat_interval,
-        tuner=TunerSettings(warm_start=warm_start, learn=learn, confirm=confirm, dedup=dedup),
+        tuner=TunerSettings(
+            warm_start=warm_start, learn=learn, confirm=confirm, dedup=dedup, prune=prune
+        ),
     )
     out = console()
     found: list[str] = []
@@ -337,6 +347,8 @@ def _show_cells(row: TrialRow, param_names: list[str]) -> list[str]:
         outcome += " (baseline)"
     style = "green" if row.feasible and row.measured else "red" if row.is_oom else "yellow"
     value = f"{row.values[0]:,.1f}" if row.values and row.measured else "-"
+    if row.state == "PRUNED" and row.values:  # the replay's figure when it stopped
+        value = f"({row.values[0]:,.1f} so far)"
     worst = _deciding_margin(row.constraints)
     stats = row.server_stats
     hit = stats.prefix_cache_hit_rate if stats else None

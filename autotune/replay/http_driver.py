@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 
 import httpx
 
 from autotune.replay.client import RequestOutcome, send_request
 from autotune.replay.load import LoadSpec, ReplayObserver
-from autotune.replay.load_policy import LoadPolicy, Send
+from autotune.replay.load_policy import LoadPolicy, Progress, Send
 from autotune.replay.records import RequestError, RequestRecord
 from autotune.replay.stats import ItlHistogram
 from autotune.workload.plan import WorkloadPlan
@@ -37,6 +38,7 @@ class HttpDriver:
         time_scale: float,
         api_key: str | None,
         observer: ReplayObserver | None,
+        on_progress: Callable[[Progress], bool] | None = None,
     ) -> None:
         self.client = client
         self.load = load
@@ -45,6 +47,7 @@ class HttpDriver:
         self.time_scale = time_scale
         self._api_key = api_key
         self._observer = observer
+        self._on_progress = on_progress
         self.records: list[RequestRecord] = []
         self.itl = ItlHistogram()
         self.in_flight = 0
@@ -132,7 +135,7 @@ class HttpDriver:
             return
         end_s = self.now_s(outcome.end_wall_s)
         record = outcome.record
-        if self.policy.completed(end_s):
+        if self.policy.completed(end_s, record.output_tokens if record.ok else 0):
             self.itl.add_many(outcome.gaps_s)
         else:
             record = record.model_copy(update={"in_window": False})
@@ -143,6 +146,18 @@ class HttpDriver:
             )
         self._watch_connection(record)
         self.policy.finished(send, end_s)
+        self._report_progress(end_s)
+
+    def _report_progress(self, end_s: float) -> None:
+        """Hand the window's throughput so far to ``on_progress``; True back stops the run."""
+        if self._on_progress is None or self.policy.stop_reason is not None:
+            return
+        progress = self.policy.progress(end_s)
+        if progress is not None and self._on_progress(progress):
+            self.stop(
+                f"pruned at {progress.step}% of the replay: "
+                f"{progress.output_tok_s:.1f} output tok/s so far"
+            )
 
     def _watch_connection(self, record: RequestRecord) -> None:
         if record.error is RequestError.CONNECT:

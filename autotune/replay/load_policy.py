@@ -11,8 +11,11 @@ at. A driver's loop:
 - ``due(now_s)``: the sends to make now, each counted against the budget;
 - ``finished(send, end_s)``: a sent request ended, or was abandoned: its slot
   takes the next request or session, its dependents get their gap;
-- ``completed(end_s)``: a request produced a record; whether it counts in the
-  measurement window;
+- ``completed(end_s, output_tokens)``: a request produced a record; whether it
+  counts in the measurement window;
+- ``progress(now_s)``: after a completion, a ``Progress`` when the run crossed
+  another ``PROGRESS_STEP_PCT`` of its budget: the window's output throughput so
+  far, computed as the final figure is (for pruning hopeless trials);
 - ``saturation(waiting, in_flight)``: one reading of the queues; the stop
   reason once they grow without bound.
 
@@ -38,6 +41,7 @@ from autotune.workload.plan import PlannedRequest, WorkloadPlan
 
 SATURATION_SCRAPES = 4  # successive rises of the waiting queue that mean "without bound"
 SATURATION_MIN_QUEUE = 8  # a queue this short is never called saturated
+PROGRESS_STEP_PCT = 5  # a progress report each time the run crosses this much of its budget
 
 T = TypeVar("T")
 
@@ -71,6 +75,17 @@ class _SessionRun:
     remaining: int
 
 
+@dataclass(frozen=True)
+class Progress:
+    """The measurement window so far: ``step`` = percent of the run's budget done,
+    ``output_tok_s`` = in-window output tokens of requests that succeeded over the window
+    up to the last completion (the final figure's formula), ``at_s`` = modelled time."""
+
+    step: int
+    output_tok_s: float
+    at_s: float
+
+
 @dataclass(frozen=True, eq=False)
 class Send:
     """One request to send at modelled time ``at_s``, with its cache salt and record id."""
@@ -96,6 +111,8 @@ class LoadPolicy:
         self._order = itertools.count()
         self._window_start_s = 0.0
         self._window_end_s: float | None = None
+        self._window_tokens = 0
+        self._reported_step = 0
         self._waiting: list[int] = []
         self._backlog: list[int] = []
         if load.mode == "trace":
@@ -247,14 +264,41 @@ class LoadPolicy:
             self._push(Send(request, at_s, None, request.id))
 
     # --------------------------------------------------------- measurement
-    def completed(self, end_s: float) -> bool:
-        """A request produced a record at ``end_s``; True if it counts in the window."""
+    def completed(self, end_s: float, output_tokens: int = 0) -> bool:
+        """A request produced a record at ``end_s`` with ``output_tokens`` counted (0 for a
+        failed one); True if it counts in the window."""
         self.completions += 1
         if self.completions <= self.load.warmup_requests:
             self._window_start_s = end_s
             return False
         self._window_end_s = end_s
+        self._window_tokens += output_tokens
         return True
+
+    def done_pct(self, now_s: float) -> float:
+        """How much of the run's budget is spent at ``now_s``, in percent: window
+        completions of those expected, or modelled time of ``duration_s``, the larger."""
+        done = 0.0
+        expected = self.expected_total
+        if expected is not None and expected > self.load.warmup_requests:
+            in_window = max(self.completions - self.load.warmup_requests, 0)
+            done = in_window / (expected - self.load.warmup_requests)
+        if self.load.duration_s is not None:
+            done = max(done, now_s / self.load.duration_s)
+        return 100.0 * min(done, 1.0)
+
+    def progress(self, now_s: float) -> Progress | None:
+        """The window's throughput so far, once per ``PROGRESS_STEP_PCT`` of the budget
+        crossed (the last step below 100: the final figure is the trial's value)."""
+        if self._window_end_s is None:
+            return None
+        step = int(self.done_pct(now_s) // PROGRESS_STEP_PCT) * PROGRESS_STEP_PCT
+        if step <= self._reported_step or step >= 100:
+            return None
+        self._reported_step = step
+        duration_s = self._window_end_s - self._window_start_s
+        tok_s = self._window_tokens / duration_s if duration_s > 0 else 0.0
+        return Progress(step=step, output_tok_s=tok_s, at_s=now_s)
 
     def window_duration_s(self) -> float | None:
         """The measurement window in modelled seconds (None: nothing completed in it)."""

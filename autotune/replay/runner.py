@@ -13,6 +13,10 @@ modelled or after ``load.max_requests`` sends; requests in flight finish), the
 warm-up and measurement windows and the saturation verdict are the load
 policy's (``load_policy.py``), shared with the simulator's virtual replay.
 
+Progress: every ``PROGRESS_STEP_PCT`` of the budget, ``on_progress`` gets the
+window's output throughput so far; when it answers True the run stops as on
+saturation (the study prunes a hopeless trial this way).
+
 Early stop: when the waiting queue grows without bound (the server's
 ``vllm:num_requests_waiting`` rising over successive scrapes, or in trace
 mode the client's own backlog of unanswered requests) or the server stops
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 
 import httpx
 from pydantic import BaseModel
@@ -34,6 +39,7 @@ from autotune.metrics import gauge_lines, parse_metrics, scrape, server_stats_be
 from autotune.replay.client import fetch_model_name
 from autotune.replay.http_driver import HttpDriver
 from autotune.replay.load import LoadSpec, ReplayObserver, RequestSlo
+from autotune.replay.load_policy import Progress
 from autotune.replay.records import ReplayStats, RequestRecord
 from autotune.replay.stats import compute_stats
 from autotune.replay.token_check import check_prompt_tokens, measure_plan_overheads
@@ -98,6 +104,7 @@ async def replay(
     observer: ReplayObserver | None = None,
     scrape_interval_s: float | None = 5.0,
     transport: httpx.AsyncBaseTransport | None = None,
+    on_progress: Callable[[Progress], bool] | None = None,
 ) -> ReplayResult:
     """Replay ``plan`` against the server at ``url`` (e.g. ``http://127.0.0.1:8000``).
 
@@ -107,6 +114,8 @@ async def replay(
     Raises ReplayError only when the replay cannot start (no model name); request
     failures are records.
     ``transport``: httpx transport (default: ``AiohttpTransport``, see transport.py).
+    ``on_progress``: the window's throughput so far (see the module docstring); True
+    stops the run, with ``stopped_early`` saying so.
     """
     if server_time_scale <= 0:
         raise ReplayError(f"server_time_scale must be > 0, but got {server_time_scale}")
@@ -129,6 +138,7 @@ async def replay(
             time_scale=server_time_scale,
             api_key=api_key,
             observer=observer,
+            on_progress=on_progress,
         )
         samples: list[str] = []
         monitor = asyncio.create_task(

@@ -15,6 +15,7 @@ import functools
 from pydantic import BaseModel
 
 from autotune.replay.load import LoadSpec, RequestSlo
+from autotune.replay.load_policy import Progress
 from autotune.replay.records import ReplayStats, RequestRecord
 from autotune.replay.stats import compute_stats
 from autotune.sim.calibration import CalibrationProfile, profile_constants
@@ -46,6 +47,8 @@ class Prediction(BaseModel):
     failure: Failure | None
     # Relative error to expect (the calibration profile's); None: uncalibrated.
     expected_error: float | None = None
+    # The window's throughput so far, as the HTTP replay reports it (pruning).
+    progress: list[Progress] = []
 
 
 AGENT_SOURCES = frozenset({"claudecode", "weka", "recorder", "anthropic-log"})
@@ -213,4 +216,5 @@ def predict(
         startup=startup_report(memory),
         failure=None,
         expected_error=expected_error,
+        progress=replay.progress,
     )

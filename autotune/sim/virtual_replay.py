@@ -4,7 +4,8 @@ The load policy (``autotune/replay/load_policy.py``, the one the HTTP replay
 follows) decides what is sent when, the budget, the windows and the
 saturation verdict; ``VirtualReplay`` is its virtual-time driver: it hands
 the policy's sends to the scheduler, steps it to the next send or deadline,
-and keeps what each request would have measured at the client.
+and keeps what each request would have measured at the client, and the
+policy's progress reports (``progress``), as the HTTP replay hands them out.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 
 from autotune.errors import InputError
 from autotune.replay.load import LoadSpec
-from autotune.replay.load_policy import LoadPolicy, Send
+from autotune.replay.load_policy import LoadPolicy, Progress, Send
 from autotune.replay.records import RequestError, RequestRecord
 from autotune.replay.stats import ItlHistogram
 from autotune.sim.prompt import PromptRenderer
@@ -73,6 +74,7 @@ class VirtualReplay:
         self._ids = itertools.count()
         self.peak_running = self.peak_waiting = 0
         self.peak_kv_usage = 0.0
+        self.progress: list[Progress] = []  # the window's throughput so far, step by step
 
     @property
     def stop_reason(self) -> str | None:
@@ -126,7 +128,7 @@ class VirtualReplay:
     ) -> None:
         if error is None:  # the API server's per-request work, after the engine's last step
             end_s += self.engine.constants.request_overhead_s
-        in_window = self.policy.completed(end_s)
+        in_window = self.policy.completed(end_s, flight.tokens if error is None else 0)
         gaps = flight.all_gaps()
         if in_window:
             self.itl.add_many(gaps)
@@ -154,6 +156,9 @@ class VirtualReplay:
             )
         )
         self.policy.finished(flight.send, end_s)
+        progress = self.policy.progress(end_s)
+        if progress is not None:
+            self.progress.append(progress)
 
     # -------------------------------------------------------------------- loop
     def _deliver(self, result: StepResult) -> None:

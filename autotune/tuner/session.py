@@ -15,6 +15,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.defaults import DEFAULT_PRUNE
 from autotune.space import SearchSpace
 from autotune.trial import Prescreen
 from autotune.tuner.confirm import confirmation_targets, crown
@@ -35,6 +36,7 @@ class TunerSettings:
     learn: bool = True  # learn the simulator's residual from measurements
     confirm: int = 3  # top configs re-measured before crowning (0: off)
     dedup: bool = True  # never launch a measured effective config again
+    prune: bool = DEFAULT_PRUNE  # stop a trial whose throughput so far is far below the best's
 
 
 class Tuner:
