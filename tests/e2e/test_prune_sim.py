@@ -47,12 +47,12 @@ def trials_by_seqs(db: Path) -> dict[int, FrozenTrial]:
 
 @pytest.fixture(scope="module")
 def pruned_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, list[int]]:
-    """Three trials with pruning on (the default); the sim servers seen while trial 2 ran."""
+    """Three trials with pruning on; the sim servers seen while trial 2 ran."""
     cwd = tmp_path_factory.mktemp("prune")
     db = cwd / "studies" / "autotune.db"
     with (cwd / "autotune.out").open("w") as out:
         process = subprocess.Popen(
-            autotune_argv(*run_args(db, "--trials", "3")), cwd=cwd, stdout=out, stderr=out
+            autotune_argv(*run_args(db, "--trials", "3", "--prune")), cwd=cwd, stdout=out, stderr=out
         )
     try:
         assert wait_for(lambda: "trial 2: replaying" in output(cwd), timeout_s=200), output(cwd)
