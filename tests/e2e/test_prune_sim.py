@@ -52,7 +52,10 @@ def pruned_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, lis
     db = cwd / "studies" / "autotune.db"
     with (cwd / "autotune.out").open("w") as out:
         process = subprocess.Popen(
-            autotune_argv(*run_args(db, "--trials", "3", "--prune")), cwd=cwd, stdout=out, stderr=out
+            autotune_argv(*run_args(db, "--trials", "3", "--prune")),
+            cwd=cwd,
+            stdout=out,
+            stderr=out,
         )
     try:
         assert wait_for(lambda: "trial 2: replaying" in output(cwd), timeout_s=200), output(cwd)
