@@ -1,8 +1,9 @@
 """How fast our replay client streams, against an aiohttp client written as `vllm bench serve`'s.
 
 A zero-latency SSE server (a raw asyncio server in its own process, pinned to
-another core) answers every POST with ``--chunks`` chat.completion.chunk
-events, a usage event and [DONE], as fast as it can write them. The client
+another core) answers every POST /v1/chat/completions with ``--chunks``
+chat.completion.chunk events, a usage event and [DONE], as fast as it can
+write them; other paths (the replay's /tokenize probe) get 404. The client
 process is pinned to one core. Each round runs our ``replay`` (concurrency
 mode) and then the baseline, ``--rounds`` times alternating; the table shows
 the median of each. TTFT timing error = the client's first-token time minus
@@ -102,6 +103,10 @@ class _SseProtocol(asyncio.Protocol):
                 b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
                 b"content-length: %d\r\n\r\n%s" % (len(payload), payload)
             )
+            return
+        if not head.startswith("post /v1/chat/completions"):
+            # e.g. the replay's POST /tokenize probe: answered as a server without it would.
+            self._transport.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
             return
         request = json.loads(body)
         tag = request["messages"][-1]["content"]

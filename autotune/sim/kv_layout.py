@@ -1,8 +1,11 @@
 """How vLLM lays out the KV cache: page sizes, hybrid block alignment, groups, capacity.
 
-Follows vLLM's own arithmetic (docs/reference/vllm-facts.md §6): per-layer
-page sizes, the hybrid attention/mamba page unification, grouping by layer
-type, the shared block pool and the logged "KV cache size: N tokens".
+Follows vLLM's own arithmetic (0.33.0 source): per-layer page sizes
+(``vllm/v1/kv_cache_interface.py``), the hybrid attention/mamba page
+unification (``_align_hybrid_block_size`` in ``vllm/platforms/interface.py``),
+grouping by layer type and the shared block pool (``vllm/v1/core/kv_cache_planning.py``)
+and the logged "KV cache size: N tokens" (``get_kv_cache_capacity`` in
+``vllm/v1/core/kv_cache_utils.py``). docs/simulator.md checks it against real startups.
 """
 
 from __future__ import annotations

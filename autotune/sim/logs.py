@@ -2,7 +2,8 @@
 
 Another module (``autotune.engines.vllm_log``) parses real vLLM logs and the
 simulator's with the same code, so every message here copies vLLM's format
-string (0.33.0 unless noted; reference/vllm-facts.md §2-3). The line format is
+string (0.33.0 unless noted; each function names the vLLM source file that logs
+it, e.g. ``vllm/entrypoints/common/startup.py``). The line format is
 vLLM's ``(Process pid=N) LEVEL MM-DD HH:MM:SS [file.py:line] message``.
 """
 

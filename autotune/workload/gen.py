@@ -1,8 +1,10 @@
 """Workload generators: Claude Code agent sessions, independent chat, fixed-size requests.
 
-The Claude Code model follows published statistics (docs/reference/
-workload-formats.md §3): a shared system + tools prefix, ~650-860 new tokens
-per tool step, outputs of median ~220 tokens, ~8 tool steps per user request,
+The Claude Code model follows published statistics of Claude Code traces
+(TraceLab, uw-syfi/TraceLab, and the kv-cache-tester traces,
+callanjfox/kv-cache-tester; docs/workload-format.md): a shared system + tools
+prefix, ~650-860 new tokens per tool step (medians of the two), outputs of
+median ~220 tokens, ~8 tool steps per user request,
 human gaps of minutes and tool gaps of seconds, and occasional subagents that
 run as child threads beside their parent. All content is synthetic and token
 counted; arrival times assume ``DECODE_TOKENS_PER_S`` to place later turns.

@@ -27,7 +27,7 @@ import yaml
 from typer.testing import CliRunner
 
 from autotune.cli import app
-from autotune.trial_config import TrialConfig
+from autotune.trial_record import TrialRecord
 from tests.results.conftest import build_study
 
 REPO = Path(__file__).resolve().parents[2]
@@ -99,8 +99,9 @@ def sim_study(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, P
     )  # fmt: skip
     name = optuna.get_all_study_names(storage_url)[0]
     trials = optuna.load_study(study_name=name, storage=storage_url).trials
-    if not any(t.state.name == "COMPLETE" and t.user_attrs.get("outcome") == "ok" for t in trials):
-        outcomes = [f"{t.user_attrs.get('outcome')}: {t.user_attrs.get('error')}" for t in trials]
+    records = {t.number: TrialRecord.read(t.user_attrs) for t in trials}
+    if not any(t.state.name == "COMPLETE" and records[t.number].outcome == "ok" for t in trials):
+        outcomes = [f"{r.outcome}: {r.error}" for r in records.values()]
         pytest.fail(f"autotune run produced no ok trial to test on: {outcomes}")
     yield storage_url, workdir
 
@@ -151,7 +152,8 @@ def test_export_formats_on_a_simulated_study(sim_study: tuple[str, Path]) -> Non
     best = _best_trial(storage_url)
     shell = autotune_in_process("export", "--storage", storage_url)
     command = [line for line in shell.splitlines() if line.startswith("vllm serve ")]
-    config = TrialConfig.model_validate(best.user_attrs["config"])
+    config = TrialRecord.read(best.user_attrs).config
+    assert config is not None
     assert shlex.split(command[0]) == ["vllm", "serve", *config.vllm_args()]
     assert "# hardware: rtx4080s-32g; engine: sim" in shell
     assert "# gain over baseline: " in shell
@@ -159,7 +161,7 @@ def test_export_formats_on_a_simulated_study(sim_study: tuple[str, Path]) -> Non
     autotune_in_process("export", "--storage", storage_url, "--format", "yaml", "--out", str(out))
     document = yaml.safe_load(out.read_text())
     assert document["model"] == "qwen3.6-27b-awq"
-    flags = best.user_attrs["config"]["flags"]
+    flags = config.flags
     assert document["kv-cache-memory-bytes"] == flags["kv-cache-memory-bytes"]
     meta = json.loads(autotune_in_process("export", "--storage", storage_url, "--format", "json"))
     assert meta["meta"]["trial"] == best.number

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import optuna
 import pytest
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
+from autotune.trial_record import TrialRecord
 from tests.e2e.conftest import (
     REPO,
     SAMPLE_WORKLOAD,
@@ -49,6 +50,11 @@ def load(db: Path, name: str = "e2e") -> optuna.Study:
     return optuna.load_study(study_name=name, storage=f"sqlite:///{db}")
 
 
+def record(trial: FrozenTrial) -> TrialRecord:
+    """What the trial stored, read as the results commands read it."""
+    return TrialRecord.read(trial.user_attrs)
+
+
 @pytest.mark.timeout(240)
 def test_a_study_launches_replays_scores_and_learns_where_oom_lives(tmp_path: Path) -> None:
     db = tmp_path / "studies" / "autotune.db"
@@ -64,34 +70,29 @@ def test_a_study_launches_replays_scores_and_learns_where_oom_lives(tmp_path: Pa
     assert len(trials) == 4
     by_kv = {t.params["kv_cache_memory_gib"]: t for t in trials}
     assert set(by_kv) == {8.0, 10.0, 12.0, 14.0}
-    assert [t.params["kv_cache_memory_gib"] for t in trials if t.user_attrs["is_baseline"]] == [8.0]
+    assert [t.params["kv_cache_memory_gib"] for t in trials if record(t).is_baseline] == [8.0]
     # Every trial carries the same constraint keys (GPSampler refuses anything else).
     assert {frozenset(t.constraints) for t in trials} == {frozenset({"oom", "crash", "error_rate"})}
     # OOM lives above a ceiling: every pool below it runs, every pool above it dies.
-    ok = sorted(kv for kv, t in by_kv.items() if t.user_attrs["outcome"] == "ok")
+    ok = sorted(kv for kv, t in by_kv.items() if record(t).outcome == "ok")
     oom = sorted(kv for kv, t in by_kv.items() if t.constraints["oom"] > 0)
     assert ok and oom and max(ok) < min(oom) and len(ok) + len(oom) == 4
     for kv in ok:
-        trial = by_kv[kv]
+        trial, stored = by_kv[kv], record(by_kv[kv])
         assert trial.value > 0
         assert trial.constraints["oom"] < 0
-        assert trial.user_attrs["startup"]["kv_cache_tokens"] > 0
-        assert trial.user_attrs["replay"]["completed"] >= 10
-        assert trial.user_attrs["server_stats"]["generation_tokens"] > 0
-        assert "--kv-cache-memory-bytes" in trial.user_attrs["argv"]
+        assert stored.startup is not None and stored.startup.kv_cache_tokens > 0
+        assert stored.replay is not None and stored.replay.completed >= 10
+        assert stored.server_stats is not None and stored.server_stats.generation_tokens > 0
+        assert stored.argv is not None and "--kv-cache-memory-bytes" in stored.argv
     for kv in oom:
-        trial = by_kv[kv]
-        assert trial.user_attrs["outcome"] in (
-            "kv-does-not-fit",
-            "cuda-oom-startup",
-            "cuda-oom-load",
-        )
-        assert trial.user_attrs["failure"]["log_excerpt"]
-        assert trial.user_attrs["memory"]["fits"] is False or trial.user_attrs["outcome"] == (
-            "cuda-oom-load"
-        )
+        stored = record(by_kv[kv])
+        assert stored.outcome in ("kv-does-not-fit", "cuda-oom-startup", "cuda-oom-load")
+        assert stored.failure is not None and stored.failure.log_excerpt
+        assert stored.memory is not None
+        assert stored.memory["fits"] is False or stored.outcome == "cuda-oom-load"
     if len(ok) > 1:  # a bigger pool holds more tokens
-        tokens = [by_kv[kv].user_attrs["startup"]["kv_cache_tokens"] for kv in ok]
+        tokens = [record(by_kv[kv]).startup.kv_cache_tokens for kv in ok]  # type: ignore[union-attr]
         assert tokens == sorted(tokens) and tokens[0] < tokens[-1]
     assert study.best_trial.params["kv_cache_memory_gib"] in ok
 
@@ -105,7 +106,7 @@ def test_a_study_launches_replays_scores_and_learns_where_oom_lives(tmp_path: Pa
         env={**os.environ, "COLUMNS": "250"},
     )  # fmt: skip
     assert shown.returncode == 0, shown.stderr
-    for outcome in ("ok", by_kv[14.0].user_attrs["outcome"], "baseline"):
+    for outcome in ("ok", str(record(by_kv[14.0]).outcome), "baseline"):
         assert outcome in shown.stdout
     listed = subprocess.run(
         autotune_argv("studies", "--storage", f"sqlite:///{db}"),
@@ -125,18 +126,19 @@ def test_the_memory_prescreen_scores_certain_ooms_without_launching(tmp_path: Pa
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     trials = load(db).trials
-    rejected = [t for t in trials if t.user_attrs["outcome"] == "predicted-oom"]
-    launched = [t for t in trials if t.user_attrs["outcome"] != "predicted-oom"]
+    rejected = [t for t in trials if record(t).outcome == "predicted-oom"]
+    launched = [t for t in trials if record(t).outcome != "predicted-oom"]
     assert rejected and launched
     for trial in rejected:
-        assert trial.user_attrs["argv"] is None  # never launched
+        stored = record(trial)
+        assert stored.argv is None  # never launched
         assert trial.constraints["oom"] > 0
-        assert trial.user_attrs["memory"]["load_transient_bytes"] > 0
+        assert stored.memory is not None and stored.memory["load_transient_bytes"] > 0
     # The memory model rejects exactly the pools the server could not run.
     assert max(t.params["kv_cache_memory_gib"] for t in launched) < min(
         t.params["kv_cache_memory_gib"] for t in rejected
     )
-    assert all(t.user_attrs["outcome"] == "ok" for t in launched)
+    assert all(record(t).outcome == "ok" for t in launched)
 
 
 @pytest.mark.timeout(200)
@@ -193,7 +195,7 @@ def test_ctrl_c_records_the_trial_as_interrupted_and_stops_its_server(
     assert processes_in(tmp_path) == []
     interrupted = load(db).trials[0]
     assert interrupted.state == TrialState.FAIL
-    assert interrupted.user_attrs["outcome"] == "interrupted"
+    assert record(interrupted).outcome == "interrupted"
 
     rerun = subprocess.run(
         autotune_argv(*args), cwd=tmp_path, capture_output=True, text=True, timeout=150
@@ -202,7 +204,7 @@ def test_ctrl_c_records_the_trial_as_interrupted_and_stops_its_server(
     study = load(db)
     complete = study.get_trials(states=(TrialState.COMPLETE,))
     assert len(complete) == 2
-    assert any(t.user_attrs.get("retry_of") == 0 for t in complete)
+    assert any(record(t).retry_of == 0 for t in complete)
 
 
 @pytest.mark.timeout(150)
@@ -232,13 +234,14 @@ def test_a_pareto_study_with_slos_stores_two_values_and_slo_margins(tmp_path: Pa
     assert len(complete) == 3
     keys = {"oom", "crash", "error_rate", "slo:ttft_p95", "slo:tpot_p50"}
     assert all(set(t.constraints) == keys for t in complete)
-    measured = [t for t in complete if t.user_attrs["outcome"] == "ok"]
+    measured = [t for t in complete if record(t).outcome == "ok"]
     assert measured
     for trial in measured:
-        replay = trial.user_attrs["replay"]
+        replay = record(trial).replay
+        assert replay is not None
         assert trial.values == [
-            pytest.approx(replay["output_throughput_tok_s"]),
-            pytest.approx(replay["e2e"]["p95"]),
+            pytest.approx(replay.output_throughput_tok_s),
+            pytest.approx(replay.e2e.p95),
         ]
-        assert trial.constraints["slo:ttft_p95"] == pytest.approx(replay["ttft"]["p95"] / 60 - 1)
+        assert trial.constraints["slo:ttft_p95"] == pytest.approx(replay.ttft.p95 / 60 - 1)
     assert study.best_trials  # a feasible Pareto front exists

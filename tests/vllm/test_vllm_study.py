@@ -11,6 +11,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from autotune.trial_record import TrialRecord
 from autotune.workload.gen import fixed
 from autotune.workload.io import write_workload
 from tests.vllm.conftest import TINY_MODEL, VLLM_EXECUTABLE
@@ -62,12 +63,14 @@ def test_three_trial_study_on_real_vllm(tmp_path):
     # At least two distinct points (the grid may revisit the enqueued baseline's point).
     assert len(set(searched)) >= 2, searched
     for trial in trials:
-        assert trial.user_attrs["outcome"] == "ok", trial.user_attrs.get("failure")
+        stored = TrialRecord.read(trial.user_attrs)
+        assert stored.outcome == "ok", stored.failure
         assert trial.value > 0
-        startup = trial.user_attrs["startup"]
-        assert startup["device"] == "CPU"
+        startup = stored.startup
+        assert startup is not None and startup.device == "CPU"
         gib = trial.params["kv_cache_memory_gib"]
-        assert startup["kv_cache_tokens"] == round(gib * 524_288 / 0.25)  # tokens scale with KV
-        argv_used = trial.user_attrs["argv"]
+        assert startup.kv_cache_tokens == round(gib * 524_288 / 0.25)  # tokens scale with KV
+        argv_used = stored.argv
+        assert argv_used is not None
         assert argv_used[argv_used.index("--max-num-seqs") + 1] == str(trial.params["max_num_seqs"])
-        assert trial.user_attrs["server_stats"]["generation_tokens"] > 0
+        assert stored.server_stats is not None and stored.server_stats.generation_tokens > 0
