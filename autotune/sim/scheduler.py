@@ -276,6 +276,7 @@ class SimEngineCore:
 
     def _shape(self, scheduled: list[_Scheduled]) -> StepShape:
         prefill_tokens = decode_tokens = context = external = spec_seqs = emitting = 0
+        prefill_logits = 0  # prefill chunks that complete their prompt sample one token
         pairs = 0.0
         for item in scheduled:
             computed = item.running.num_computed
@@ -288,6 +289,7 @@ class SimEngineCore:
                 spec_seqs += item.num_drafts > 0
             else:
                 prefill_tokens += item.num_new
+                prefill_logits += item.num_new >= item.running.num_known - computed
         return StepShape(
             num_seqs=len(scheduled),
             num_prefill_tokens=prefill_tokens,
@@ -298,6 +300,7 @@ class SimEngineCore:
             num_draft_passes=self._num_spec if spec_seqs else 0,
             external_load_tokens=external,
             num_output_seqs=emitting,
+            num_logit_tokens=decode_tokens + prefill_logits,
         )
 
     def _advance(self, item: _Scheduled) -> TokenOutput | None:

@@ -42,6 +42,9 @@ class StepShape:
     num_draft_passes: int = 0  # draft-head forwards (k when any sequence drafts)
     external_load_tokens: int = 0  # prefix tokens copied in from host memory (LMCache)
     num_output_seqs: int | None = None  # sequences emitting tokens (None: all of them)
+    # Positions whose logits are computed: every decode (verify) token, plus the last prompt
+    # token of each sequence whose prefill completes (None: every token).
+    num_logit_tokens: int | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -79,6 +82,11 @@ class RooflineTimeModel:
         # Attention FLOPs per query-key pair: QK^T and PV, 2 FLOPs per multiply-add.
         num_attention = model.num_full_attention_layers
         self._attn_flops_per_pair = 4 * num_attention * model.num_attention_heads * model.head_dim
+        # vLLM computes logits only at the positions it samples (gpu_model_runner's
+        # logits_indices: each request's last scheduled token, every speculative position),
+        # so the lm_head GEMM runs over those, not over a prompt chunk's every token.
+        self._lm_head_params = model.vocab_size * model.hidden_size
+        self._body_params = model.matmul_params - self._lm_head_params
         self._linear_flops_per_token = (
             4
             * model.num_linear_attention_layers
@@ -120,8 +128,12 @@ class RooflineTimeModel:
             + (shape.context_tokens + shape.num_tokens) * memory.attention_bytes_per_token
             + shape.num_seqs * memory.state_bytes_per_request * (1 + state_writes)
         )
+        logit_tokens = (
+            shape.num_tokens if shape.num_logit_tokens is None else shape.num_logit_tokens
+        )
         flops = (
-            2 * self._model.matmul_params * tokens
+            2 * self._body_params * tokens
+            + 2 * self._lm_head_params * logit_tokens
             + self._attn_flops_per_pair * shape.attention_pairs
             + self._linear_flops_per_token * tokens
         )

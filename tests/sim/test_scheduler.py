@@ -271,3 +271,35 @@ def test_decode_runs_equal_step_by_step(mtp: int) -> None:
     assert fast[0] == pytest.approx(slow[0], rel=1e-9)
     assert fast[1] == slow[1] == {f"r{index}": 50 + 9 * index for index in range(6)}
     assert fast[2] == slow[2]
+
+
+def test_a_prefill_chunk_computes_logits_only_where_it_samples() -> None:
+    """vLLM runs the lm_head at logits_indices: a bigger vocabulary costs a mid-prompt chunk
+    nothing, and costs every verify token of a decode step."""
+    from autotune.sim.hardware import get_gpu
+    from autotune.sim.memory import plan_memory
+    from autotune.sim.models import get_model
+    from autotune.sim.timing import RooflineTimeModel, StepShape
+
+    config = qwen()
+    model = get_model(config.model)
+    extra = 9 * model.vocab_size * model.hidden_size  # a 10x vocabulary's lm_head
+    big_vocab = model.model_copy(
+        update={"vocab_size": 10 * model.vocab_size, "matmul_params": model.matmul_params + extra}
+    )
+    chunk = StepShape(
+        num_seqs=1, num_prefill_tokens=2048, num_decode_tokens=0, context_tokens=0,
+        attention_pairs=2048 * 1024, num_output_seqs=0, num_logit_tokens=0,
+    )  # fmt: skip
+    verify = StepShape(
+        num_seqs=32, num_prefill_tokens=0, num_decode_tokens=128, context_tokens=32 * 256,
+        attention_pairs=128 * 256, num_spec_seqs=32, num_draft_passes=3,
+    )  # fmt: skip
+    times = {}
+    for name, spec in (("catalog", model), ("big vocabulary", big_vocab)):
+        timing = RooflineTimeModel(
+            get_gpu(config.hardware), spec, plan_memory(config), enforce_eager=False
+        )
+        times[name] = (timing.step_time_s(chunk), timing.step_time_s(verify))
+    assert times["big vocabulary"][0] == pytest.approx(times["catalog"][0], rel=1e-9)
+    assert times["big vocabulary"][1] > 1.2 * times["catalog"][1]
