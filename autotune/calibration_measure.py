@@ -12,11 +12,9 @@ from typing import Any
 
 from autotune.engines.base import Server
 from autotune.errors import ReplayError
-from autotune.replay.load import LoadSpec
 from autotune.replay.runner import replay
 from autotune.sim.calibration_points import MeasuredPoint
-from autotune.workload.expand import expand
-from autotune.workload.gen import fixed
+from autotune.sim.sweep import closed_loop
 
 
 async def measure_point(
@@ -33,14 +31,12 @@ async def measure_point(
 
     The point's ``prompt_tokens`` is the mean the server counted per request.
     """
-    plan = expand(
-        fixed(
-            requests=concurrency * requests_per_client,
-            prompt_tokens=prompt_tokens,
-            output_tokens=output_tokens,
-        )
+    plan, load = closed_loop(
+        concurrency,
+        requests_per_client=requests_per_client,
+        prompt_tokens=prompt_tokens,
+        output_tokens=output_tokens,
     )
-    load = LoadSpec(mode="concurrency", concurrency=concurrency, saturation_stop=False)
     result = await replay(
         url=server.url,
         plan=plan,

@@ -17,10 +17,10 @@ from typing import Any
 import optuna
 from pydantic import BaseModel, ConfigDict
 
+from autotune.sim.units import GIB
 from autotune.study_reader import LoadedStudy, TrialRow
 from autotune.vocabulary import OOM_OUTCOMES, Outcome
 
-GIB = 1 << 30
 UNIMPORTANT_SHARE = 0.05  # a parameter with under 5% of the importance "did not matter"
 LOW_CONCURRENCY_REQUESTS = 8  # the field notes' split for where MTP pays off
 FULL_KV_USAGE = 0.95  # a KV pool this full evicts cached prefixes

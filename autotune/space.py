@@ -35,10 +35,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from autotune.derive import DERIVATIONS, DeriveContext
 from autotune.errors import SpaceError
+from autotune.sim.units import GIB
 from autotune.trial_config import FlagValue, TrialConfig
 
 SEARCH_SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
-GIB = 1 << 30
 
 
 class _Param(BaseModel):

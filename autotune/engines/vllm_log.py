@@ -15,6 +15,7 @@ from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
+from autotune.sim.units import GIB
 from autotune.vocabulary import Failure, FailureClass, StartupReport
 
 Phase = Literal["startup", "serving"]
@@ -55,8 +56,6 @@ _STARTUP_PATTERNS = {
     "peak_activation": re.compile(rf"{_NUMBER} GiB for peak activation"),
     "cudagraph_summary": re.compile(rf"{_NUMBER} GiB for CUDAGraph memory"),
 }
-
-_GIB = 1024**3
 
 
 def _number(text: str) -> float:
@@ -120,7 +119,7 @@ def _kv_cache_gib(text: str) -> float | None:
         if match := _first(name, text):
             return float(match.group(1))
     if match := _first("kv_in_use_bytes", text):
-        return round(int(match.group(1)) / _GIB, 4)
+        return round(int(match.group(1)) / GIB, 4)
     return None
 
 

@@ -36,9 +36,7 @@ from autotune.sim.speed_constants import (
     DEFAULT_CONSTANTS,
     SpeedConstants,
 )
-from autotune.sim.sweep import baseline_config
-from autotune.workload.expand import expand
-from autotune.workload.gen import fixed
+from autotune.sim.sweep import baseline_config, closed_loop
 from autotune.workload.plan import WorkloadPlan
 
 ALWAYS_FITTED = (
@@ -89,14 +87,12 @@ def point_target(hardware: str, model: str, point: MeasuredPoint) -> Target:
         max_model_len=point.max_model_len,
         enforce_eager=point.enforce_eager,
     )
-    plan = expand(
-        fixed(
-            requests=point.concurrency * point.requests_per_client,
-            prompt_tokens=point.prompt_tokens,
-            output_tokens=point.output_tokens,
-        )
+    plan, load = closed_loop(
+        point.concurrency,
+        requests_per_client=point.requests_per_client,
+        prompt_tokens=point.prompt_tokens,
+        output_tokens=point.output_tokens,
     )
-    load = LoadSpec(mode="concurrency", concurrency=point.concurrency, saturation_stop=False)
     return Target(
         label=point.label,
         config=config,

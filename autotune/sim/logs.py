@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TextIO
 
-GIB = 1 << 30
-MIB = 1 << 20
+from autotune.sim.units import GIB, MIB
+
 API_SERVER = "APIServer"
 ENGINE_CORE = "EngineCore"
 # vLLM's suggestion in the memory summary leaves this much unused (gpu_worker.py).

@@ -21,6 +21,7 @@ from autotune.sim.prompt import PromptRenderer
 from autotune.sim.units import GIB
 from autotune.workload.expand import expand
 from autotune.workload.gen import fixed
+from autotune.workload.plan import WorkloadPlan
 
 REQUESTS_PER_CLIENT = 4  # enough rounds that arrivals and decodes interleave
 # The field notes' card runs its calibrated settings unless told otherwise.
@@ -78,6 +79,21 @@ def baseline_config(hardware: str, model: str, **overrides: object) -> SimConfig
     return SimConfig.model_validate(values)
 
 
+def closed_loop(
+    concurrency: int, *, requests_per_client: int, prompt_tokens: int, output_tokens: int
+) -> tuple[WorkloadPlan, LoadSpec]:
+    """One cell's plan and load: ``concurrency`` clients, each sending
+    ``requests_per_client`` fixed-size requests back to back, never stopped as saturated."""
+    plan = expand(
+        fixed(
+            requests=concurrency * requests_per_client,
+            prompt_tokens=prompt_tokens,
+            output_tokens=output_tokens,
+        )
+    )
+    return plan, LoadSpec(mode="concurrency", concurrency=concurrency, saturation_stop=False)
+
+
 def closed_loop_sweep(
     base: SimConfig,
     *,
@@ -99,14 +115,12 @@ def closed_loop_sweep(
         calibration.check_applies(base)
     rows: list[SweepRow] = []
     for concurrency in concurrencies:
-        plan = expand(
-            fixed(
-                requests=concurrency * requests_per_client,
-                prompt_tokens=prompt_tokens,
-                output_tokens=output_tokens,
-            )
+        plan, load = closed_loop(
+            concurrency,
+            requests_per_client=requests_per_client,
+            prompt_tokens=prompt_tokens,
+            output_tokens=output_tokens,
         )
-        load = LoadSpec(mode="concurrency", concurrency=concurrency, saturation_stop=False)
         renderer = PromptRenderer()
         for mtp in mtps:
             config = base.model_copy(update={"num_speculative_tokens": mtp})
