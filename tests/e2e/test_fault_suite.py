@@ -8,8 +8,10 @@ Optuna and through ``study_reader``, and no process is left behind.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import optuna
@@ -109,3 +111,15 @@ def test_every_server_fault_is_classified_and_nothing_is_lost(tmp_path: Path) ->
     assert outcomes == expected, text
     retried = next((tmp_path / "runs").glob("*/trial-0005/server.log")).read_text()
     assert "retried: the first start failed because process 424242 held 20.00 GiB" in retried
+
+
+@pytest.mark.faults
+@pytest.mark.timeout(400)
+def test_a_short_soak_loses_no_trial_and_leaves_no_process() -> None:
+    argv = [sys.executable, str(REPO / "scripts" / "soak.py"), "--trials", "10", "--json"]
+    argv += ["--fault-rate", "0.3"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=380, cwd=REPO)
+    assert done.returncode == 0, done.stdout + done.stderr
+    figures = json.loads(done.stdout)
+    assert set(figures) == {"trials", "lost", "orphans", "rss_growth_mb", "fd_growth"}
+    assert (figures["trials"], figures["lost"], figures["orphans"]) == (10, 0, 0)

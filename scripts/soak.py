@@ -1,0 +1,196 @@
+"""Soak: many simulated trials back to back, a share of them faulted; is anything lost or leaking?
+
+    python scripts/soak.py [--trials 200 | --quick] [--fault-rate 0.1] [--json]
+
+One real `autotune run` on the simulator, every trial a real server process. A
+fault schedule (AUTOTUNE_SIM_FAULT_SCHEDULE, docs/sim-server.md) gives ~fault-rate
+of the launches a fault drawn in turn from FAULTS. While it runs, the tuner's
+resident memory and open file descriptors are read from /proc after each finished
+trial. Reported: trials completed and classified, lost (asked for but not COMPLETE
+with an outcome; goal 0), orphans (processes left in the run's directory; goal 0),
+RSS and fd growth from the first tenth of the run to the last (goal: flat).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+
+REPO = Path(__file__).resolve().parents[1]
+WORKLOAD = REPO / "workloads" / "sample-claudecode.jsonl"
+FAULTS = (  # one launch's flags; each leaves a different trace in the study
+    "--fault-crash-after-requests 3",
+    "--fault-5xx-rate 0.5",
+    "--fault-cut-stream-rate 0.5",
+    "--fault-malformed-sse-rate 0.5",
+    "--fault-hang-at-startup",
+    "--fault-gpu-memory-held 20G",
+)
+SPACE = """\
+name: soak
+model: qwen3.6-27b-awq
+parameters:
+  kv_cache_memory_gib: {type: float, low: 8.0, high: 10.0, step: 0.5, unit: GiB,
+                        flag: kv-cache-memory-bytes}
+  max_num_seqs: {type: int, low: 2, high: 8}
+fixed: {language-model-only: true, enable-prefix-caching: true, max-model-len: 65536}
+derived: [cudagraph_capture_sizes]
+baseline: {kv_cache_memory_gib: 8.0, max_num_seqs: 4}
+"""
+FINISHED = re.compile(r"\[(\d+)/\d+\] (?!starts)\S+:")
+
+
+def schedule(trials: int, fault_rate: float, seed: int) -> tuple[list[str], int]:
+    """Schedule lines for ``trials`` trials and how many are faulted."""
+    rng = random.Random(seed)
+    lines: list[str] = []
+    faulted = 0
+    for _ in range(trials):
+        if rng.random() < fault_rate:
+            fault = FAULTS[faulted % len(FAULTS)]
+            lines.append(fault)
+            if "gpu-memory-held" in fault:
+                lines.append("")  # the retry, once the memory is back
+            faulted += 1
+        else:
+            lines.append("")
+    return lines, faulted
+
+
+def proc_sample(pid: int) -> tuple[float, int] | None:
+    """(RSS in MB, open fds) of ``pid``, or None once it is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+        fds = len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return None
+    rss_kb = re.search(r"VmRSS:\s+(\d+)", status)
+    return None if rss_kb is None else (int(rss_kb[1]) / 1024, fds)  # None: a zombie
+
+
+def processes_in(cwd: Path) -> list[int]:
+    """Live, non-zombie processes whose working directory is ``cwd``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            here = Path(os.readlink(entry / "cwd")) == cwd
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if here and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def soak(trials: int, fault_rate: float, seed: int, workdir: Path) -> dict:
+    lines, faulted = schedule(trials, fault_rate, seed)
+    (workdir / "faults.txt").write_text("\n".join(lines) + "\n")
+    (workdir / "space.yaml").write_text(SPACE)
+    db = workdir / "soak.db"
+    argv = [
+        sys.executable, "-m", "autotune", "run",
+        "--workload", str(WORKLOAD), "--engine", "sim", "--hardware", "rtx4080s-32g",
+        "--model", "qwen3.6-27b-awq", "--space", str(workdir / "space.yaml"),
+        "--storage", f"sqlite:///{db}", "--study", "soak",
+        "--sampler", "random", "--no-dedup", "--warm-start", "0", "--confirm", "0",
+        "--seed", str(seed), "--time-scale", "100", "--max-requests", "8",
+        "--concurrency", "4", "--startup-timeout", "5s", "--trial-timeout", "30s",
+        "--trials", str(trials),
+    ]  # fmt: skip
+    env = {**os.environ, "AUTOTUNE_SIM_FAULT_SCHEDULE": str(workdir / "faults.txt")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    # Per count of finished trials: the last RSS and the fewest fds seen (between two
+    # trials no server or client socket is open, so the minimum is the steady state).
+    by_trial: dict[int, tuple[float, int]] = {}
+    started = time.monotonic()
+    out_path = workdir / "autotune.out"
+    with out_path.open("w") as out:
+        process = subprocess.Popen(argv, cwd=workdir, stdout=out, stderr=subprocess.STDOUT, env=env)
+        while process.poll() is None:
+            time.sleep(0.25)
+            finished = len(FINISHED.findall(out_path.read_text(errors="replace")))
+            sample = proc_sample(process.pid)
+            if sample is not None and finished > 0:
+                fds = min(sample[1], by_trial.get(finished, sample)[1])
+                by_trial[finished] = (sample[0], fds)
+    samples = [(n, rss, fds) for n, (rss, fds) in sorted(by_trial.items())]
+    wall_s = time.monotonic() - started
+    time.sleep(1.0)  # let the watchdogs finish standing down
+    orphans = processes_in(workdir)
+
+    study = optuna.load_study(study_name="soak", storage=f"sqlite:///{db}")
+    complete = study.get_trials(states=(TrialState.COMPLETE,))
+    classified = [t for t in complete if t.user_attrs.get("outcome")]
+    outcomes: dict[str, int] = {}
+    for t in classified:
+        outcomes[t.user_attrs["outcome"]] = outcomes.get(t.user_attrs["outcome"], 0) + 1
+    early = [s for s in samples if s[0] <= max(2, trials // 10)] or samples[:1]
+    late = [s for s in samples if s[0] > trials - max(2, trials // 10)] or samples[-1:]
+
+    def median(rows: list[tuple[int, float, int]], index: int) -> float:
+        return statistics.median(row[index] for row in rows) if rows else 0.0
+
+    return {
+        "trials": trials,
+        "completed": len(complete),
+        "classified": len(classified),
+        "lost": trials - len(classified),
+        "left_running": len(study.get_trials(states=(TrialState.RUNNING, TrialState.WAITING))),
+        "faulted": faulted,
+        "orphans": len(orphans),
+        "rss_growth_mb": round(median(late, 1) - median(early, 1), 1),
+        "fd_growth": round(median(late, 2) - median(early, 2)),
+        "rss_mb": [round(s[1], 1) for s in samples],
+        "fds": [s[2] for s in samples],
+        "outcomes": outcomes,
+        "exit_code": process.returncode,
+        "wall_s": round(wall_s, 1),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=200)
+    parser.add_argument("--quick", action="store_true", help="40 trials")
+    parser.add_argument("--fault-rate", type=float, default=0.1)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    args = parser.parse_args()
+    trials = 40 if args.quick else args.trials
+    with tempfile.TemporaryDirectory(prefix="autotune-soak-") as tmp:
+        result = soak(trials, args.fault_rate, args.seed, Path(tmp).resolve())
+    if args.json:
+        keys = ("trials", "lost", "orphans", "rss_growth_mb", "fd_growth")
+        print(json.dumps({key: result[key] for key in keys}))
+        return 0 if result["lost"] == 0 and result["orphans"] == 0 else 1
+    tenth = max(1, len(result["rss_mb"]) // 10)
+    print(f"soak: {trials} trials, {result['faulted']} faulted, {result['wall_s']:.0f} s")
+    print("| | value | goal |\n| --- | --- | --- |")
+    for key, goal in (
+        ("completed", trials), ("classified", trials), ("lost", 0), ("left_running", 0),
+        ("orphans", 0), ("rss_growth_mb", "~0"), ("fd_growth", 0),
+    ):  # fmt: skip
+        print(f"| {key} | {result[key]} | {goal} |")
+    print(f"outcomes: {result['outcomes']}")
+    print(f"tuner RSS MB, every {tenth} trials: {result['rss_mb'][::tenth]}")
+    print(f"tuner open fds, every {tenth} trials: {result['fds'][::tenth]}")
+    print(f"autotune exit code: {result['exit_code']}")
+    return 0 if result["lost"] == 0 and result["orphans"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
