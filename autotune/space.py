@@ -31,7 +31,7 @@ import optuna
 import yaml
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from autotune.derive import DERIVATIONS, DeriveContext
 from autotune.errors import SpaceError
@@ -135,6 +135,13 @@ class SearchSpace(BaseModel):
     rules: list[str] = Field(default_factory=list)  # e.g. "max_num_batched_tokens >= max_num_seqs"
     gates: list[Gate] = Field(default_factory=list)
     baseline: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("fixed")
+    @classmethod
+    def _no_secrets(cls, fixed: dict[str, FlagValue]) -> dict[str, FlagValue]:
+        if "api-key" in fixed:  # a flag is stored with every trial and logged
+            raise ValueError("api-key: keys are never stored; set VLLM_API_KEY instead")
+        return fixed
 
     @model_validator(mode="after")
     def _check_references(self) -> SearchSpace:
