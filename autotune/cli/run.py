@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 from rich.table import Table
 
 from autotune.cli._common import (
@@ -27,6 +28,7 @@ from autotune.cli._run_output import (
     summary_lines,
     trials_table,
 )
+from autotune.compare import study_plan
 from autotune.defaults import (
     DEFAULT_HEARTBEAT_S,
     DEFAULT_PRUNE,
@@ -46,6 +48,7 @@ from autotune.study import StudySpec, completed_count, completed_trials, run_log
 from autotune.study_reader import LoadedStudy, TrialRow, load_study, study_names
 from autotune.tuner.kv_bounds import kv_bound_warning
 from autotune.tuner.session import TunerSettings
+from autotune.workload.stats import IdealPrefixHits
 
 WIDE_SHOW_COLUMNS = 160  # below this width `show` lists parameters under the table
 
@@ -318,15 +321,19 @@ def show(
     table.add_column("KV tokens", justify="right")
     table.add_column("peak run", justify="right")
     table.add_column("prefix hit", justify="right")
+    table.add_column("ideal hit", justify="right")
     table.add_column("preempt", justify="right")
     rows = sorted(loaded.trials, key=lambda row: _show_order(loaded, row))[:limit]
+    ideal = _ideal_hits(loaded)
     for row in rows:
-        table.add_row(*_show_cells(row, param_names if wide else []))
+        table.add_row(*_show_cells(row, param_names if wide else [], ideal))
     out.print(table)
     if any("*" in effective_cell(row, name) for row in rows for name in param_names):
         out.print(
             "* the value the trial launched with, set by a derived rule over the searched one"
         )
+    if ideal is None:
+        out.print("ideal hit: unknown (the study's workload file is gone or changed)")
     if not wide:
         for row in rows:
             pairs = " ".join(f"{name}={effective_cell(row, name)}" for name in param_names)
@@ -341,7 +348,19 @@ def _show_order(loaded: LoadedStudy, row: TrialRow) -> tuple[int, float, int]:
     return (2, 0.0, row.number)
 
 
-def _show_cells(row: TrialRow, param_names: list[str]) -> list[str]:
+def _ideal_hits(loaded: LoadedStudy) -> IdealPrefixHits | None:
+    """The workload's prefix hits with an infinite cache, beside the server's; None when
+    the study's workload file is gone or changed."""
+    try:
+        plan, _ = study_plan(loaded)
+    except (InputError, ValidationError):
+        return None
+    return IdealPrefixHits(plan)
+
+
+def _show_cells(
+    row: TrialRow, param_names: list[str], ideal: IdealPrefixHits | None = None
+) -> list[str]:
     outcome = row.outcome_text
     if row.is_baseline:
         outcome += " (baseline)"
@@ -352,6 +371,7 @@ def _show_cells(row: TrialRow, param_names: list[str]) -> list[str]:
     worst = _deciding_margin(row.constraints)
     stats = row.server_stats
     hit = stats.prefix_cache_hit_rate if stats else None
+    best = ideal.ratio(stats.block_size) if ideal is not None and stats is not None else None
     return [
         str(row.number),
         f"[{style}]{outcome}[/{style}]",
@@ -361,6 +381,7 @@ def _show_cells(row: TrialRow, param_names: list[str]) -> list[str]:
         _cell(row.kv_cache_tokens),
         _cell(row.concurrency_reached),
         f"{100 * hit:.1f}%" if hit is not None else "-",
+        f"{100 * best:.1f}%" if best is not None else "-",
         _cell(stats.preemptions if stats else None),
     ]
 

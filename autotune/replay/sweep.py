@@ -17,7 +17,7 @@ from autotune.metrics import NEAR_ZERO_HIT_RATE, explain_prefix_cache
 from autotune.replay.load import LoadSpec, ReplayObserver, RequestSlo
 from autotune.replay.runner import ReplayResult, replay
 from autotune.workload.plan import WorkloadPlan
-from autotune.workload.stats import workload_stats
+from autotune.workload.stats import IdealPrefixHits
 
 
 class LevelResult(BaseModel):
@@ -53,26 +53,12 @@ def working_set_tokens(plan: WorkloadPlan, load: LoadSpec) -> int | None:
     return sum(sorted(longest.values(), reverse=True)[: load.concurrency])
 
 
-class _IdealHits:
-    """The plan's ideal (infinite-cache) prefix-hit ratio per block size, computed once."""
-
-    def __init__(self, plan: WorkloadPlan) -> None:
-        self.plan = plan
-        self._ratios: dict[int, float] = {}
-
-    def ratio(self, block_size: int | None) -> float:
-        size = block_size or 16
-        if size not in self._ratios:
-            self._ratios[size] = workload_stats(self.plan, block_size=size).prefix_hit_ratio
-        return self._ratios[size]
-
-
-def _note(load: LoadSpec, result: ReplayResult, ideal: _IdealHits) -> str | None:
+def _note(load: LoadSpec, result: ReplayResult, ideal: IdealPrefixHits) -> str | None:
     notes = [_miss_note(load, result, ideal), _preemption_note(result, ideal)]
     return " ".join(note for note in notes if note) or None
 
 
-def _miss_note(load: LoadSpec, result: ReplayResult, ideal: _IdealHits) -> str | None:
+def _miss_note(load: LoadSpec, result: ReplayResult, ideal: IdealPrefixHits) -> str | None:
     stats = result.server_stats
     if stats is None:
         return None
@@ -90,7 +76,7 @@ def _miss_note(load: LoadSpec, result: ReplayResult, ideal: _IdealHits) -> str |
     )
 
 
-def _preemption_note(result: ReplayResult, ideal: _IdealHits) -> str | None:
+def _preemption_note(result: ReplayResult, ideal: IdealPrefixHits) -> str | None:
     """The server's prefix-cache counters count a preempted request's re-prefill as hits."""
     stats = result.server_stats
     if stats is None or not stats.preemptions or stats.prefix_cache_hit_rate is None:
@@ -121,7 +107,7 @@ def run_sweep(
 ) -> list[LevelResult]:
     """Replay ``plan`` under each load in turn (one ``asyncio.run``)."""
 
-    ideal = _IdealHits(plan)
+    ideal = IdealPrefixHits(plan)
 
     async def run_all() -> list[LevelResult]:
         levels = []

@@ -169,3 +169,17 @@ def _billing_header_requests(plan: WorkloadPlan) -> int:
     source = plan.metadata.get("source")
     count = source.get(BILLING_HEADER_SOURCE_KEY, 0) if isinstance(source, dict) else 0
     return count if isinstance(count, int) else 0
+
+
+class IdealPrefixHits:
+    """The plan's ideal (infinite-cache) prefix-hit ratio per block size, computed once."""
+
+    def __init__(self, plan: WorkloadPlan) -> None:
+        self.plan = plan
+        self._ratios: dict[int, float] = {}
+
+    def ratio(self, block_size: int | None) -> float:
+        size = block_size or 16
+        if size not in self._ratios:
+            self._ratios[size] = workload_stats(self.plan, block_size=size).prefix_hit_ratio
+        return self._ratios[size]
