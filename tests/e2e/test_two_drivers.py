@@ -17,6 +17,7 @@ from dataclasses import replace
 import pytest
 
 from autotune.replay.load import LoadSpec
+from autotune.replay.load_policy import Progress
 from autotune.replay.records import ReplayStats, RequestRecord
 from autotune.replay.runner import replay
 from autotune.sim.flags import parse_serve_args
@@ -91,8 +92,16 @@ def _figures(stats: ReplayStats) -> dict[str, float | None]:
 def test_http_and_virtual_drivers_agree(sim_url: str, mode: str) -> None:
     make_plan, load = CASES[mode]
     plan = make_plan()
+    seen: list[Progress] = []  # what a pruner would see over HTTP
     over_http = asyncio.run(
-        replay(url=sim_url, plan=plan, load=load, model_name="", server_time_scale=TIME_SCALE)
+        replay(
+            url=sim_url,
+            plan=plan,
+            load=load,
+            model_name="",
+            server_time_scale=TIME_SCALE,
+            on_progress=lambda progress: seen.append(progress) is not None,
+        )
     )
     virtual = predict(parse_serve_args(list(SIM_ARGS)).sim, plan, load)
     assert virtual.failure is None
@@ -118,6 +127,12 @@ def test_http_and_virtual_drivers_agree(sim_url: str, mode: str) -> None:
         assert (record.prompt_tokens, record.output_tokens, record.in_window) == (
             twin.prompt_tokens, twin.output_tokens, twin.in_window
         )  # fmt: skip
+
+    # The same progress steps; the last one's throughput so far agrees as the final does.
+    assert [p.step for p in seen] == [p.step for p in virtual.progress] != []
+    assert seen[-1].output_tok_s == pytest.approx(
+        virtual.progress[-1].output_tok_s, rel=2 * TOLERANCE["output tok/s"]
+    )
 
     measured, predicted = _figures(http_stats), _figures(virtual_stats)
     for name, value in predicted.items():

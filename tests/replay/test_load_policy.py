@@ -191,3 +191,23 @@ def test_an_empty_plan_sends_nothing(mode: str) -> None:
     empty = WorkloadPlan(name="empty", requests=(), token_space="words", digest="x")
     policy = LoadPolicy(empty, LoadSpec(mode=mode, recycle_sessions=True, max_requests=5))  # type: ignore[arg-type]
     assert policy.next_send_s() is None and policy.due(10.0) == []
+
+
+def test_progress_reports_the_window_throughput_once_per_step_crossed() -> None:
+    """One request at a time, each 1 s; the two warm-up requests are out of the window."""
+    load = LoadSpec(mode="concurrency", concurrency=1, max_requests=10, warmup_requests=2)
+    policy = LoadPolicy(make_plan(sessions=12), load)
+    reports, tokens, now_s = [], 0, 0.0
+    while (sends := policy.due(now_s)) or policy.next_send_s() is not None:
+        now_s += 1.0
+        out = 10 * len(reports) + 5  # output grows: the figure is cumulative
+        if policy.completed(now_s, out):
+            tokens += out
+        policy.finished(sends[0], now_s)
+        progress = policy.progress(now_s)
+        if progress is not None:
+            reports.append(progress)
+            assert progress.output_tok_s == pytest.approx(tokens / (now_s - 2.0))
+            assert progress.at_s == now_s
+    # 8 window requests of 12.5% each; the last step (100%) is the trial's final value.
+    assert [report.step for report in reports] == [10, 25, 35, 50, 60, 75, 85]
