@@ -86,7 +86,7 @@ class StudySpec:
     timeout_s: float | None = None
     trial_timeout_s: float | None = None
     startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S
-    sampler: str = DEFAULT_SAMPLER
+    sampler: str | optuna.samplers.BaseSampler = DEFAULT_SAMPLER  # a name, or a sampler to use
     seed: int | None = None
     prescreen: Prescreen | None = None  # the memory model's estimate of a config
     skip_predicted_oom: bool = True  # score what the estimate rejects without launching
@@ -138,7 +138,7 @@ def _connect_args(url: str) -> dict[str, Any]:
 
 
 def make_sampler(
-    name: str,
+    name: str | optuna.samplers.BaseSampler,
     *,
     seed: int | None,
     space: SearchSpace,
@@ -148,8 +148,27 @@ def make_sampler(
 ) -> optuna.samplers.BaseSampler:
     """The simulator-guided sampler by default; GP, TPE, random and grid on request.
 
-    "guided" falls back to TPE when there is no simulator prediction to steer by.
+    "guided" falls back to TPE when there is no simulator prediction to steer by. A
+    sampler instance (a benchmark's strategy) is used as it is. With a ``tuner``, the
+    sampler is wrapped so that the tuner chooses seeds and re-measurements.
     """
+    base = _base_sampler(
+        name, seed=seed, space=space, n_trials=n_trials, engine_version=engine_version, tuner=tuner
+    )
+    return tuner.wrap(base) if tuner is not None else base
+
+
+def _base_sampler(
+    name: str | optuna.samplers.BaseSampler,
+    *,
+    seed: int | None,
+    space: SearchSpace,
+    n_trials: int | None,
+    engine_version: str | None,
+    tuner: Tuner | None,
+) -> optuna.samplers.BaseSampler:
+    if isinstance(name, optuna.samplers.BaseSampler):
+        return name
     startup = min(10, max(4, (n_trials or 30) // 3))
     if name == "guided" and tuner is not None and tuner.sampler is not None:
         return tuner.sampler
@@ -317,7 +336,7 @@ def run_study(spec: StudySpec, *, observer: StudyObserver | None = None) -> optu
             baseline, user_attrs=TrialRecord(is_baseline=True).attrs(), skip_if_exists=True
         )
     if completed_count(study) == 0:
-        tuner.seed(study)
+        tuner.describe_warm_start(study)
 
     remaining = None if spec.n_trials is None else spec.n_trials - completed_count(study)
     if remaining is not None and remaining <= 0:
@@ -340,13 +359,12 @@ def run_study(spec: StudySpec, *, observer: StudyObserver | None = None) -> optu
         callbacks=callbacks,
         catch=(Exception,),
     )
-    confirm_callbacks = callbacks[1:] if spec.n_trials is not None else callbacks
-    tuner.confirm(
-        study,
-        lambda count: study.optimize(
-            runner, n_trials=count, callbacks=confirm_callbacks, catch=(Exception,)
-        ),
-    )
+    if spec.n_trials is None and tuner.confirm_slots:  # a timed run: re-measure after it
+        tuner.closing = True
+        study.optimize(
+            runner, n_trials=tuner.confirm_slots, callbacks=callbacks, catch=(Exception,)
+        )
+    tuner.finish(study)
     return study
 
 
@@ -361,6 +379,7 @@ def make_tuner(spec: StudySpec, engine_version: str) -> Tuner:
         oracle=spec.oracle if len(spec.goal.objectives) == 1 else None,
         maximize=spec.goal.directions[0] == "maximize",
         guided=spec.sampler == "guided",
+        n_trials=spec.n_trials,
         seed=spec.seed,
         cache=spec.prediction_cache,
     )
@@ -393,6 +412,9 @@ class _TrialRunner:
     def __call__(self, trial: optuna.Trial) -> float | list[float]:
         spec = self.spec
         enqueued = TrialRecord.read(trial.user_attrs)  # is_baseline / retry_of, if enqueued
+        role = self.tuner.role_of(trial.number)  # a warm-start seed or a re-measurement
+        if role is not None:
+            TrialRecord(**role.attrs()).write(trial)
         try:
             params = spec.space.suggest(trial, self.engine_version)
             is_baseline = enqueued.is_baseline or (
@@ -402,7 +424,7 @@ class _TrialRunner:
                 self.observer.on_trial_start(trial.number, params, is_baseline)
             config = self._config(params)
             key = config_key(config)
-            twin = self.tuner.twin(key, trial)
+            twin = self.tuner.twin(key, role)
             if twin is not None:
                 return self._repeat(trial, twin)
             result = self._run(trial, params, config)
@@ -428,9 +450,7 @@ class _TrialRunner:
 
     def _repeat(self, trial: optuna.Trial, twin: Any) -> float | list[float]:
         """No launch: this effective config was measured in trial ``twin.first_trial``."""
-        trial.set_user_attr("duplicate_of", twin.first_trial)
-        trial.set_user_attr("outcome", Outcome.DUPLICATE.value)
-        trial.set_user_attr("measured", False)
+        TrialRecord(outcome=Outcome.DUPLICATE, duplicate_of=twin.first_trial).write(trial)
         for key, value in twin.constraints.items():
             trial.set_constraint(key, value)
         values = twin.values if twin.values is not None else self._placeholder()

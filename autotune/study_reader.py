@@ -22,6 +22,7 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from autotune.defaults import DEFAULT_ARTIFACTS_DIR
 from autotune.errors import InputError, StorageError
 from autotune.trial_record import TrialRecord, outcome_text
+from autotune.tuner.record import TunerStudyRecord
 from autotune.vocabulary import OOM_OUTCOMES, HardwareFingerprint
 
 M = TypeVar("M", bound=BaseModel)
@@ -163,9 +164,9 @@ class LoadedStudy:
 
         Raises ``InputError`` when no trial is feasible yet.
         """
-        winner = self.study.user_attrs.get("winner")  # the tuner's crown (autotune.tuner)
-        if winner and not self.multi_objective and winner.get("trial") in self._by_number:
-            return self._by_number[winner["trial"]]
+        winner = TunerStudyRecord.read(self.study.user_attrs).winner  # the tuner's crown
+        if winner and not self.multi_objective and winner.trial in self._by_number:
+            return self._by_number[winner.trial]
         candidates = self.pareto() if self.multi_objective else self.feasible_measured()
         if not candidates:
             raise InputError(f"study {self.name!r}: no feasible trial has completed yet")

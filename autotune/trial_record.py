@@ -73,6 +73,17 @@ class TrialRecord(BaseModel):
     rule_violations: tuple[str, ...] | None = Field(
         None, description="the space's rules the config breaks (outcome `rule-violated`), or null"
     )
+    warm_start: int | None = Field(
+        None, description="rank of the warm-start seed this trial launched (1: predicted best)"
+    )
+    confirms: int | None = Field(
+        None, description="the trial whose config this one re-measures (confirmation), or null"
+    )
+    duplicate_of: int | None = Field(
+        None,
+        description="the trial that measured this effective config (outcome `duplicate`, no "
+        "launch), or null",
+    )
 
     @computed_field(  # type: ignore[prop-decorator]
         description="true when the outcome is `ok`, `slo-violated` or `errors` and a replay is "

@@ -41,40 +41,31 @@ from typing import Any
 
 import optuna
 
-from autotune.engines import make_engine
-from autotune.objective import Goal, ObjectiveName
-from autotune.preflight import MAX_MODEL_LEN_FLAG, round_up
-from autotune.prescreen import make_prescreen
 from autotune.replay.load import LoadSpec
 from autotune.replay.load_policy import Progress
+from autotune.run_setup import RunOptions, prepare_study
 from autotune.sim.calibration import CalibrationProfile
 from autotune.sim.flags import parse_serve_args
 from autotune.sim.models import get_model
 from autotune.sim.predict import Prediction
-from autotune.sim.prompt import PromptRenderer
 from autotune.sim.speed_constants import DEFAULT_CONSTANTS, SpeedConstants
 from autotune.sim.startup import startup_phases
-from autotune.space import SEARCH_SPACES_DIR, SearchSpace, load_space
+from autotune.space import SEARCH_SPACES_DIR, SearchSpace
 from autotune.study import StudySpec, run_study
 from autotune.trial import TrialResult
 from autotune.trial_config import TrialConfig
-from autotune.tuner.confirm import crown
 from autotune.tuner.guide import _ENUMERATIONS
+from autotune.tuner.kv_bounds import largest_kv_pool_bytes, shaped
 from autotune.tuner.lattice import config_key, ladder
-from autotune.tuner.measured import MeasuredIndex
 from autotune.tuner.predictor import SimOracle, predict_all
-from autotune.tuner.sampler import GuidedSampler
 from autotune.tuner.session import TunerSettings
 from autotune.vocabulary import Outcome
-from autotune.workload import load_plan
-from autotune.workload.expand import expand
 from autotune.workload.gen import ChatParams, ClaudeCodeParams, chat, claudecode
-from autotune.workload.plan import WorkloadPlan
+from autotune.workload.io import Workload, write_workload
 
 REPO = Path(__file__).resolve().parents[1]
 NOISE = 0.03  # run-to-run spread of every measured throughput
 MAX_TRIALS = 90  # trials per study, launched or not (pre-screened, duplicates)
-KV_BLOCK = 16  # max-model-len rounded up to this, as the pre-flight rounds it
 
 
 @dataclass(frozen=True)
@@ -83,8 +74,18 @@ class Landscape:
     hardware: str
     model: str
     space: Path
-    plan: Callable[[], WorkloadPlan]
+    workload: Callable[[Path], Path]  # directory -> the workload file (written there if made)
     load: LoadSpec
+    shape_kv: bool = False  # KV range as the run's warning says: a share of the largest pool
+
+
+def generated(name: str, make: Callable[[], Workload]) -> Callable[[Path], Path]:
+    def write(directory: Path) -> Path:
+        path = directory / f"{name}.jsonl"
+        write_workload(path, make().records())
+        return path
+
+    return write
 
 
 LANDSCAPES = {
@@ -93,7 +94,7 @@ LANDSCAPES = {
         "rtx4080s-32g",
         "qwen3.6-27b-awq",
         SEARCH_SPACES_DIR / "qwen3.6-27b-awq.yaml",
-        lambda: load_plan(REPO / "workloads" / "sample-claudecode.jsonl"),
+        lambda _: REPO / "workloads" / "sample-claudecode.jsonl",
         LoadSpec(),
     ),
     "h100-chat": Landscape(
@@ -101,7 +102,7 @@ LANDSCAPES = {
         "h100-80g",
         "llama-3.1-8b",
         SEARCH_SPACES_DIR / "default.yaml",
-        lambda: expand(chat(ChatParams(requests=160, seed=1)), name="chat"),
+        generated("chat", lambda: chat(ChatParams(requests=160, seed=1))),
         LoadSpec(mode="concurrency", concurrency=48),
     ),
     "longctx-24g": Landscape(
@@ -109,10 +110,11 @@ LANDSCAPES = {
         "rtx4090-24g",
         "qwen3.6-27b-awq",
         SEARCH_SPACES_DIR / "qwen3.6-27b-awq.yaml",
-        lambda: expand(
-            claudecode(ClaudeCodeParams(sessions=4, seed=1, max_context=60_000)), name="cc-long"
+        generated(
+            "cc-long", lambda: claudecode(ClaudeCodeParams(sessions=4, seed=1, max_context=60_000))
         ),
         LoadSpec(),
+        shape_kv=True,
     ),
 }
 
@@ -269,32 +271,16 @@ class BenchObserver:
     def on_trial_end(self, trial: Any, outcome: str, study: optuna.Study) -> None:
         if self.log.last_launched:
             self.log.last_launched = False
-            winner = handed_over(study, self.space)
+            winner = handed_over(study)
             value = self.truth.value(winner) if winner is not None else None
             self.log.handed_over.append((value or 0.0) / self.optimum)
-        confirming = trial.user_attrs.get("confirms") is not None
-        if not confirming and self.log.launches >= self.budget:
+        if self.log.launches >= self.budget:
             study.stop()
 
 
-def handed_over(study: optuna.Study, space: SearchSpace) -> TrialConfig | None:
-    """The config the tool would hand over now (the tuner's crown)."""
-    sampler = study.sampler
-    if isinstance(sampler, GuidedSampler):
-        entry = crown(sampler.index, maximize=True, sampler=sampler if sampler.learn else None)
-    else:
-        index = MeasuredIndex()
-        for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-            if trial.user_attrs.get("measured"):
-                index.add(
-                    json.dumps(trial.user_attrs.get("config"), sort_keys=True),
-                    params=trial.params,
-                    trial=trial.number,
-                    values=trial.values,
-                    constraints=trial.constraints,
-                    measured=True,
-                )
-        entry = crown(index, maximize=True)
+def handed_over(study: optuna.Study) -> TrialConfig | None:
+    """The config the tool would hand over now (the tuner's crown, as ``autotune run``'s)."""
+    entry = study.sampler.scheduler.crowned()  # type: ignore[attr-defined]
     if entry is None:
         return None
     trial = study.trials[entry.first_trial]
@@ -374,47 +360,25 @@ def run_one(
     sampler_name, settings = STRATEGIES[strategy]
     log = StudyLog()
     rng = random.Random(f"{landscape.name}:{strategy}:{seed}")
+    base: StudySpec = setup["spec"]
     with tempfile.TemporaryDirectory() as tmp:
-        spec = StudySpec(
+        spec = replace(
+            base,
             name="bench",
-            storage_url="sqlite:///:memory:",
-            space=setup["space"],
-            space_path=landscape.space,
-            goal=setup["goal"],
-            model=landscape.model,
-            engine=setup["engine"],
-            plan=setup["plan"],
-            workload_path=Path(landscape.name),
-            load=landscape.load,
-            n_trials=MAX_TRIALS,
-            sampler="random" if sampler_name == "grid-walk" else sampler_name,
+            # With confirmation the budget is --trials, as `autotune run --trials N` spends
+            # it (re-measurements are its last trials); without, the study runs to N launches
+            # (plain samplers skip many predicted OOMs, which launch nothing).
+            n_trials=budget if settings.confirm else MAX_TRIALS,
+            sampler=AutoTuneWalk(base.space) if sampler_name == "grid-walk" else sampler_name,
             seed=seed,
-            prescreen=setup["prescreen"],
             artifacts_dir=Path(tmp) / "artifacts",
             runs_dir=Path(tmp) / "runs",
             heartbeat_interval_s=0,
             tuner=settings,
-            oracle=setup["oracle"],
             prediction_cache=setup["cache"],
             measure=in_process_measure(truth, log, rng, optimum),
         )
-        main_budget = budget - settings.confirm
-        observer = BenchObserver(log, truth, spec.space, optimum, main_budget)
-        if sampler_name == "grid-walk":
-            walk = AutoTuneWalk(spec.space)
-            original = optuna.create_study
-
-            def create_with_walk(*args: Any, **kwargs: Any) -> optuna.Study:
-                kwargs["sampler"] = walk
-                return original(*args, **kwargs)
-
-            optuna.create_study = create_with_walk  # type: ignore[assignment]
-            try:
-                run_study(spec, observer=observer)
-            finally:
-                optuna.create_study = original  # type: ignore[assignment]
-        else:
-            run_study(spec, observer=observer)
+        run_study(spec, observer=BenchObserver(log, truth, spec.space, optimum, budget))
     return log
 
 
@@ -461,38 +425,26 @@ def summarize(logs: list[StudyLog], budget: int) -> dict:
     }
 
 
-def prepare(landscape: Landscape) -> dict:
-    plan = landscape.plan()
-    space = sized_space(load_space(landscape.space), plan)
-    goal = Goal([ObjectiveName.THROUGHPUT], [])
-    longest = max(request.prompt_tokens for request in plan.requests)
-    prescreen = make_prescreen(
-        hardware=landscape.hardware, sim_model=landscape.model, max_prompt_tokens=longest
+def prepare(landscape: Landscape, directory: Path) -> dict:
+    """What `autotune run` would set up for this landscape (``prepare_study``: pre-flight,
+    max-model-len sized from the workload, pre-screen, the tuner's simulator)."""
+    options = RunOptions(
+        workload=landscape.workload(directory),
+        engine="sim",
+        model=landscape.model,
+        hardware=landscape.hardware,
+        space=landscape.space,
+        storage="sqlite:///:memory:",
+        load=landscape.load,
     )
-    oracle = SimOracle(landscape.hardware, landscape.model, plan, landscape.load, goal)
-    return {
-        "space": space,
-        "plan": plan,
-        "goal": goal,
-        "prescreen": prescreen,
-        "oracle": oracle,
-        "cache": {},
-        "engine": make_engine("sim", hardware=landscape.hardware),
-    }
-
-
-def sized_space(space: SearchSpace, plan: WorkloadPlan) -> SearchSpace:
-    """The space with max-model-len sized from the plan's longest request, as the
-    pre-flight of `autotune run` sizes it (else long prompts are answered 400)."""
-    if MAX_MODEL_LEN_FLAG in space.fixed:
-        return space
-    renderer = PromptRenderer()
-    longest = max(
-        len(renderer.render_array(r.system, r.messages, r.endpoint)) + r.output_tokens
-        for r in plan.requests
-    )
-    fixed = space.fixed | {MAX_MODEL_LEN_FLAG: round_up(longest, KV_BLOCK)}
-    return space.model_copy(update={"fixed": fixed})
+    spec = prepare_study(options)
+    if landscape.shape_kv and spec.prescreen is not None:
+        largest = largest_kv_pool_bytes(
+            spec.space, model=spec.model, engine_version=None, prescreen=spec.prescreen
+        )
+        if largest is not None:
+            spec = replace(spec, space=shaped(spec.space, largest))
+    return {"spec": spec, "cache": {}}
 
 
 def exhaustive(setup: dict, landscape: Landscape, truth: Truth) -> tuple[float, int, float]:
@@ -500,11 +452,12 @@ def exhaustive(setup: dict, landscape: Landscape, truth: Truth) -> tuple[float, 
     from autotune.tuner.lattice import enumerate_effective
 
     started = time.monotonic()
-    key = (setup["space"].digest(), landscape.model, None, id(setup["prescreen"]))
+    spec: StudySpec = setup["spec"]
+    key = (spec.space.digest(), spec.model, None, id(spec.prescreen))
     candidates = _ENUMERATIONS.get(key) or [
         c
         for c in enumerate_effective(
-            setup["space"], model=landscape.model, engine_version=None, prescreen=setup["prescreen"]
+            spec.space, model=spec.model, engine_version=None, prescreen=spec.prescreen
         )
         if c.memory is None or c.memory.fits
     ]
@@ -537,18 +490,20 @@ def main() -> None:
     seeds = 5 if args.quick else args.seeds
     strategies = args.strategy or list(STRATEGIES)
     rows = []
+    workloads = tempfile.TemporaryDirectory()
     for name in names:
         landscape = LANDSCAPES[name]
-        setup = prepare(landscape)
+        setup = prepare(landscape, Path(workloads.name))
         setup["cache"] = cache.setdefault(f"{name}:tuner", {})
+        spec: StudySpec = setup["spec"]
         for adverse in (False, True):
             constants = truth_constants(name, adverse)
             truth_oracle = SimOracle(
                 landscape.hardware,
                 landscape.model,
-                setup["plan"],
-                landscape.load,
-                setup["goal"],
+                spec.plan,
+                spec.load,
+                spec.goal,
                 calibration=CalibrationProfile(constants=constants, source="bench truth"),
             )
             label = f"{name}{' (adverse)' if adverse else ''}"

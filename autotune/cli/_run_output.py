@@ -20,7 +20,7 @@ from autotune.errors import InputError
 from autotune.objective import METRIC_NAMES, ObjectiveName
 from autotune.progress import FanOut, PlainProgress, RichProgress, Tally
 from autotune.study_reader import LoadedStudy, TrialRow
-from autotune.tuner.session import WARM_START_ATTR, WINNER_ATTR
+from autotune.tuner.record import TunerStudyRecord
 
 # Best vs baseline: a latency this much worse is called out, not left in the numbers.
 WORSE_LATENCY = 0.05
@@ -110,19 +110,19 @@ def summary_lines(loaded: LoadedStudy) -> list[str]:
 def tuner_lines(loaded: LoadedStudy, metric: str) -> list[str]:
     """What the warm start predicted and how often the crowned config was measured."""
     lines = []
-    warm = loaded.study.user_attrs.get(WARM_START_ATTR)
+    record = TunerStudyRecord.read(loaded.study.user_attrs)
+    warm, winner = record.warm_start, record.winner
     if warm:
         lines.append(
-            f"  warm start: {warm['effective_configs']:,} effective configs fit, "
-            f"{warm['predicted_feasible']:,} predicted feasible in {warm['seconds']:.0f} s; "
-            f"the {warm['seeds']} best (diverse) were tried first"
+            f"  warm start: {warm.effective_configs:,} effective configs fit, "
+            f"{warm.predicted_feasible:,} predicted feasible in {warm.seconds:.0f} s; "
+            f"the {warm.seeds} best (diverse) were tried first"
         )
-    winner = loaded.study.user_attrs.get(WINNER_ATTR)
-    if winner and winner.get("measurements", 1) > 1:
+    if winner and winner.measurements > 1:
         lines.append(
-            f"  measured {winner['measurements']} times (trials "
-            f"{', '.join(str(t) for t in winner['trials'])}): mean {winner['mean']:,.1f}, "
-            f"spread {winner['spread']:,.1f} {metric}"
+            f"  measured {winner.measurements} times (trials "
+            f"{', '.join(str(t) for t in winner.trials)}): mean {winner.mean:,.1f}, "
+            f"spread {winner.spread:,.1f} {metric}"
         )
     return lines
 

@@ -1,9 +1,12 @@
 """The tuner's hooks into a study: guide, seeds, no repeated launches, confirmation, crown.
 
-``autotune.study`` creates one ``Tuner`` per run and calls it at four points:
-the sampler (``sampler``), after the baseline is enqueued (``seed``), around
-each trial (``twin`` before launching, ``record`` after) and after the search
-(``confirm``). Each technique has its switch in ``TunerSettings``.
+``autotune.study`` creates one ``Tuner`` per run. Its ``wrap`` puts a
+``ScheduledSampler`` around the study's sampler, through which the tuner
+chooses the warm-start seeds (right after the baseline) and the confirmation
+re-measurements (the last ``confirm`` trials of the budget) without enqueueing
+anything; ``twin`` (before launching) and ``record`` (after) keep the index of
+measured launches; ``finish`` crowns. Each technique has its switch in
+``TunerSettings``.
 """
 
 from __future__ import annotations
@@ -18,14 +21,15 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.defaults import DEFAULT_PRUNE
 from autotune.space import SearchSpace
 from autotune.trial import Prescreen
+from autotune.trial_record import TrialRecord
 from autotune.tuner.confirm import confirmation_targets, crown
 from autotune.tuner.guide import Guide, PredictionCache, build_guide
+from autotune.tuner.lattice import Candidate
 from autotune.tuner.measured import Measured, MeasuredIndex
 from autotune.tuner.predictor import SimOracle
+from autotune.tuner.record import TunerStudyRecord, WarmStartSummary, Winner
 from autotune.tuner.sampler import GuidedSampler
-
-WINNER_ATTR = "winner"  # study attr: the crowned config after confirmation
-WARM_START_ATTR = "warm_start"  # study attr: what the warm start predicted
+from autotune.tuner.schedule import Role, ScheduledSampler
 
 
 @dataclass(frozen=True)
@@ -34,7 +38,7 @@ class TunerSettings:
 
     warm_start: int = 4  # predicted-best configs launched after the baseline (0: off)
     learn: bool = True  # learn the simulator's residual from measurements
-    confirm: int = 3  # top configs re-measured before crowning (0: off)
+    confirm: int = 3  # top configs re-measured at the end of the budget (0: off)
     dedup: bool = True  # never launch a measured effective config again
     prune: bool = DEFAULT_PRUNE  # stop a trial whose throughput so far is far below the best's
 
@@ -53,14 +57,21 @@ class Tuner:
         oracle: SimOracle | None,
         maximize: bool,
         guided: bool,
+        n_trials: int | None = None,
         seed: int | None = None,
         cache: PredictionCache | None = None,
     ) -> None:
         self.settings = settings
         self.maximize = maximize
+        self.n_trials = n_trials
+        self.closing = False  # a timed run's confirmation phase (no trial budget)
         self.index = MeasuredIndex()
         self.guide: Guide | None = None
         self.sampler: GuidedSampler | None = None
+        self.distributions = space.distributions(engine_version)
+        self.scheduled: ScheduledSampler | None = None
+        self._seeds: list[Candidate] = []
+        self._proposed: set[str] = set()  # seed keys handed to a trial by this process
         if guided and oracle is not None:
             self.guide = build_guide(
                 space,
@@ -74,40 +85,88 @@ class Tuner:
             self.sampler = GuidedSampler(
                 self.guide,
                 self.index,
-                space.distributions(engine_version),
+                self.distributions,
                 maximize=maximize,
                 learn=settings.learn,
                 seed=seed,
             )
+            if settings.warm_start > 0:
+                self._seeds = self.guide.diverse_top(settings.warm_start)
 
-    def seed(self, study: optuna.Study) -> list[dict[str, Any]]:
-        """Enqueue the warm-start configs (diverse, best predicted first); returns their params."""
-        if self.guide is None or self.settings.warm_start <= 0:
-            return []
-        seeds = [c.params for c in self.guide.diverse_top(self.settings.warm_start)]
-        study.set_user_attr(
-            WARM_START_ATTR,
-            {
-                "effective_configs": len(self.guide.candidates),
-                "predicted_feasible": self.guide.predicted,
-                "seconds": round(self.guide.seconds, 1),
-                "seeds": len(seeds),
-            },
+    def wrap(self, base: optuna.samplers.BaseSampler) -> ScheduledSampler:
+        """The study's sampler: ``base``, with the tuner choosing seeds and confirmations."""
+        self.scheduled = ScheduledSampler(base, self, self.distributions)
+        return self.scheduled
+
+    @property
+    def confirm_slots(self) -> int:
+        """Trials at the end of the budget kept for re-measurements (at most half of it)."""
+        if self.n_trials is None:
+            return self.settings.confirm
+        return max(0, min(self.settings.confirm, (self.n_trials - 1) // 2))
+
+    def next_role(self, study: optuna.Study, trial: FrozenTrial) -> Role | None:
+        """What the new ``trial`` launches, if the tuner decides it (see the module docstring)."""
+        if self._in_tail(study):
+            role = self._confirmation()
+            if role is not None:
+                return role
+        return self._next_seed()
+
+    def _in_tail(self, study: optuna.Study) -> bool:
+        if self.closing:
+            return True
+        if self.n_trials is None or self.confirm_slots == 0:
+            return False
+        trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))
+        complete = sum(t.state == TrialState.COMPLETE for t in trials)
+        others_running = max(0, len(trials) - complete - 1)
+        return self.n_trials - complete - others_running <= self.confirm_slots
+
+    def _confirmation(self) -> Role | None:
+        """The top candidate measured least often (best first among equals)."""
+        targets = confirmation_targets(
+            self.index, self.settings.confirm, maximize=self.maximize, sampler=self.sampler
         )
-        for rank, params in enumerate(seeds, start=1):
-            study.enqueue_trial(params, user_attrs={"warm_start": rank}, skip_if_exists=True)
-        return seeds
+        if not targets:
+            return None
+        entry = min(targets, key=lambda e: len(e.samples))  # min is stable: best first
+        return Role(dict(entry.params), confirms=entry.first_trial)
+
+    def _next_seed(self) -> Role | None:
+        for rank, candidate in enumerate(self._seeds, start=1):
+            if candidate.key in self.index.by_key or candidate.key in self._proposed:
+                continue
+            self._proposed.add(candidate.key)
+            return Role(dict(candidate.params), warm_start=rank)
+        return None
+
+    def role_of(self, number: int) -> Role | None:
+        """The role the tuner gave trial ``number`` (None: enqueued or the sampler's pick)."""
+        return self.scheduled.roles.get(number) if self.scheduled is not None else None
+
+    def describe_warm_start(self, study: optuna.Study) -> None:
+        """Store what the warm start predicted (a study attr), when there is one."""
+        if self.guide is None or not self._seeds:
+            return
+        summary = WarmStartSummary(
+            effective_configs=len(self.guide.candidates),
+            predicted_feasible=self.guide.predicted,
+            seconds=round(self.guide.seconds, 1),
+            seeds=len(self._seeds),
+        )
+        TunerStudyRecord(warm_start=summary).write(study)
 
     def rebuild(self, study: optuna.Study, key_of: Callable[[dict[str, Any]], str]) -> None:
         """Fill the index from a resumed study's COMPLETE trials."""
         for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-            if trial.user_attrs.get("duplicate_of") is not None:
+            if TrialRecord.read(trial.user_attrs).duplicate_of is not None:
                 continue
             self.record(trial, key_of(trial.params), trial.values, trial.constraints)
 
-    def twin(self, key: str, trial: optuna.Trial) -> Measured | None:
+    def twin(self, key: str, role: Role | None) -> Measured | None:
         """The earlier measurement of this launch, unless dedup is off or this re-measures."""
-        if not self.settings.dedup or trial.user_attrs.get("confirms") is not None:
+        if not self.settings.dedup or (role is not None and role.confirms is not None):
             return None
         return self.index.get(key)
 
@@ -129,31 +188,21 @@ class Tuner:
         )
 
     def crowned(self) -> Measured | None:
+        """The config the tuner would hand over now."""
         return crown(self.index, maximize=self.maximize, sampler=self.sampler)
 
-    def confirm(self, study: optuna.Study, run: Callable[[int], None]) -> Measured | None:
-        """Re-measure the top ``confirm`` configs (``run(n)`` runs n enqueued trials), crown."""
-        count = self.settings.confirm
-        if count > 0:
-            targets = confirmation_targets(
-                self.index, count, maximize=self.maximize, sampler=self.sampler
-            )
-            for entry in targets:
-                study.enqueue_trial(entry.params, user_attrs={"confirms": entry.first_trial})
-            if targets:
-                run(len(targets))
+    def finish(self, study: optuna.Study) -> Measured | None:
+        """Crown the best estimate and store it (study attr ``winner``)."""
         winner = self.crowned()
         if winner is not None:
-            study.set_user_attr(
-                WINNER_ATTR,
-                {
-                    "trial": winner.first_trial,
-                    "trials": winner.trials,
-                    "mean": winner.mean,
-                    "spread": winner.spread,
-                    "measurements": len(winner.samples),
-                },
+            record = Winner(
+                trial=winner.first_trial,
+                trials=winner.trials,
+                mean=winner.mean,
+                spread=winner.spread,
+                measurements=len(winner.samples),
             )
+            TunerStudyRecord(winner=record).write(study)
         return winner
 
     def describe(self) -> str | None:

@@ -32,7 +32,7 @@ def test_export_serves_the_users_model_and_starts_the_lmcache_server(tmp_path: P
             "run", "--workload", str(SAMPLE_WORKLOAD), "--engine", "sim",
             "--hardware", "rtx4080s-32g", "--model", USER_MODEL,
             "--sim-model", "qwen3.6-27b-awq", "--space", str(space), "--storage", db,
-            "--trials", "1", "--warm-start", "0", "--confirm", "0",
+            "--trials", "1",
             "--max-requests", "6", "--concurrency", "3", "--time-scale", "50",
         ),
         cwd=tmp_path, capture_output=True, text=True, timeout=220,

@@ -29,7 +29,7 @@ def run_args(tmp_path: Path, *extra: str, space: Path = FITS_SPACE) -> list[str]
         "run", "--workload", str(SAMPLE_WORKLOAD), "--engine", "sim",
         "--hardware", "rtx4080s-32g", "--model", "qwen3.6-27b-awq", "--space", str(space),
         "--storage", f"sqlite:///{tmp_path / 'studies' / 'autotune.db'}", "--study", "night",
-        "--sampler", "grid", "--seed", "1", "--warm-start", "0", "--confirm", "0", *FAST, *extra,
+        "--sampler", "grid", "--seed", "1", "--confirm", "0", *FAST, *extra,
     ]  # fmt: skip
 
 

@@ -7,6 +7,8 @@ confirmation re-measurements before the crown.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -14,7 +16,14 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from tests.e2e.conftest import REPO, SAMPLE_WORKLOAD, autotune_argv, trial_logs
+from tests.e2e.conftest import (
+    REPO,
+    SAMPLE_WORKLOAD,
+    autotune_argv,
+    output,
+    trial_logs,
+    wait_for,
+)
 
 SMALL = REPO / "tests" / "e2e" / "data" / "tuner-small.yaml"
 DEDUP = REPO / "tests" / "e2e" / "data" / "tuner-dedup.yaml"
@@ -85,3 +94,54 @@ def test_a_repeated_effective_config_is_answered_without_a_launch(tmp_path: Path
     for trial in duplicates:
         original = study.trials[trial.user_attrs["duplicate_of"]]
         assert trial.value == original.value
+
+
+def no_waiting(study: optuna.Study) -> None:
+    waiting = study.get_trials(states=(TrialState.WAITING,))
+    assert not waiting, [(t.number, t.user_attrs) for t in waiting]
+
+
+@pytest.mark.timeout(420)
+def test_trials_is_the_whole_budget_with_seeds_and_confirmations_inside(tmp_path: Path) -> None:
+    # Defaults (warm start 4, confirm 3): --trials 1 runs the baseline alone.
+    result, study = run(tmp_path, SMALL, "--trials", "1")
+    assert len(study.trials) == 1 and study.trials[0].user_attrs["is_baseline"]
+    assert "[1/1]" in result.stdout and "[2/1]" not in result.stdout
+    no_waiting(study)
+    # Resumed to 7: baseline, 3 seeds, 3 re-measurements; nothing left enqueued.
+    result, study = run(tmp_path, SMALL, "--trials", "7")
+    assert len(study.trials) == 7
+    assert all(t.state == TrialState.COMPLETE for t in study.trials)
+    assert "[8/7]" not in result.stdout
+    no_waiting(study)
+    roles = [(t.user_attrs.get("warm_start"), t.user_attrs.get("confirms")) for t in study.trials]
+    assert [rank for rank, _ in roles[1:4]] == [1, 2, 3]
+    assert all(confirms is not None for _, confirms in roles[4:])
+
+
+@pytest.mark.timeout(420)
+def test_a_killed_study_resumes_to_exactly_its_budget(tmp_path: Path, spawn) -> None:
+    db = tmp_path / "studies" / "autotune.db"
+    args = [
+        "run", "--workload", str(SAMPLE_WORKLOAD), "--engine", "sim",
+        "--hardware", "rtx4080s-32g", "--model", "qwen3.6-27b-awq",
+        "--space", str(SMALL), "--storage", f"sqlite:///{db}", "--study", "t",
+        "--seed", "1", "--trials", "6", "--heartbeat-interval", "1", *FAST,
+    ]  # fmt: skip
+    process = spawn(*args, cwd=tmp_path)
+
+    def seeding() -> bool:  # a warm-start seed's server is up
+        return any(n >= 2 for n in trial_logs(tmp_path / "studies" / "runs"))
+
+    assert wait_for(seeding, timeout_s=200), output(tmp_path)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait(timeout=10)
+    rerun = subprocess.run(
+        autotune_argv(*args), cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    study = optuna.load_study(study_name="t", storage=f"sqlite:///{db}")
+    assert len(study.get_trials(states=(TrialState.COMPLETE,))) == 6
+    no_waiting(study)
+    assert len(study.get_trials(states=(TrialState.FAIL,))) == 1  # the killed trial
+    assert "winner" in study.user_attrs
