@@ -118,8 +118,9 @@ class Tuner:
             return True
         if self.n_trials is None or self.confirm_slots == 0:
             return False
-        trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))
-        complete = sum(t.state == TrialState.COMPLETE for t in trials)
+        done_states = (TrialState.COMPLETE, TrialState.PRUNED)  # what --trials counts
+        trials = study.get_trials(deepcopy=False, states=(*done_states, TrialState.RUNNING))
+        complete = sum(t.state in done_states for t in trials)
         others_running = max(0, len(trials) - complete - 1)
         return self.n_trials - complete - others_running <= self.confirm_slots
 
