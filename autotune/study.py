@@ -8,10 +8,11 @@ specified in docs/architecture.md ("What a study stores").
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import tempfile
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -352,20 +353,42 @@ def run_study(spec: StudySpec, *, observer: StudyObserver | None = None) -> optu
     # FAIL trials (our own errors) do not count towards n_trials, but a run of
     # them must not loop forever: attempts are capped.
     max_attempts = None if remaining is None else 2 * remaining + 5
-    study.optimize(
-        runner,
-        n_trials=max_attempts,
-        timeout=spec.timeout_s,
-        callbacks=callbacks,
-        catch=(Exception,),
-    )
-    if spec.n_trials is None and tuner.confirm_slots:  # a timed run: re-measure after it
-        tuner.closing = True
+    with _storage_write_errors(spec.storage_url):
         study.optimize(
-            runner, n_trials=tuner.confirm_slots, callbacks=callbacks, catch=(Exception,)
+            runner,
+            n_trials=max_attempts,
+            timeout=spec.timeout_s,
+            callbacks=callbacks,
+            catch=(Exception,),
         )
-    tuner.finish(study)
+        if spec.n_trials is None and tuner.confirm_slots:  # a timed run: re-measure after it
+            tuner.closing = True
+            study.optimize(
+                runner, n_trials=tuner.confirm_slots, callbacks=callbacks, catch=(Exception,)
+            )
+        tuner.finish(study)
     return study
+
+
+@contextlib.contextmanager
+def _storage_write_errors(url: str) -> Iterator[None]:
+    """A storage that stops taking writes (disk full, read-only, locked) mid-study: one line.
+
+    Each trial is its own transaction, so what was stored before stays whole; the
+    trial that was running is recovered as stale on the next run.
+    """
+    try:
+        yield
+    except (optuna.exceptions.StorageInternalError, sqlalchemy.exc.SQLAlchemyError) as exc:
+        root: BaseException = exc
+        while root.__cause__ is not None:
+            root = root.__cause__
+        cause = (str(root).splitlines() or [type(root).__name__])[0]
+        raise StorageError(
+            f"--storage {url}: writing the study failed: {cause}. The trials stored before are "
+            "intact; make room (or fix permissions, or stop the other writer) and rerun the "
+            "same command to resume"
+        ) from exc
 
 
 def make_tuner(spec: StudySpec, engine_version: str) -> Tuner:

@@ -1,0 +1,135 @@
+"""The study's storage misbehaves: locked by another process, read-only, full.
+
+Each time: one clear line and exit 2, never a traceback; what was stored before
+is intact and a rerun resumes once the cause is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from autotune.study_reader import load_study
+from tests.e2e.conftest import REPO, SAMPLE_WORKLOAD, autotune_argv, processes_in
+
+FITS_SPACE = REPO / "tests" / "e2e" / "data" / "fits.yaml"
+
+
+def run(db: Path, trials: int, cwd: Path) -> subprocess.CompletedProcess[str]:
+    args = [
+        "run", "--workload", str(SAMPLE_WORKLOAD), "--engine", "sim",
+        "--hardware", "rtx4080s-32g", "--model", "qwen3.6-27b-awq", "--space", str(FITS_SPACE),
+        "--storage", f"sqlite:///{db}", "--study", "s",
+        "--sampler", "random", "--no-dedup", "--warm-start", "0", "--confirm", "0",
+        "--time-scale", "50", "--max-requests", "8", "--trials", str(trials),
+    ]  # fmt: skip
+    return subprocess.run(
+        autotune_argv(*args),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+
+
+def one_error_line(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+    return lines[0]
+
+
+@contextlib.contextmanager
+def read_only(directory: Path) -> Iterator[None]:
+    """Make ``directory`` read-only: chmod, or (root ignores modes) a read-only remount."""
+    if os.geteuid() != 0:
+        directory.chmod(0o555)
+        yield
+        directory.chmod(0o755)
+        return
+    mounted = subprocess.run(["mount", "--bind", str(directory), str(directory)], check=False)
+    if mounted.returncode != 0:
+        pytest.skip("running as root without mount: no way to make a directory read-only")
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(directory)], check=True)
+        yield
+    finally:
+        subprocess.run(["umount", str(directory)], check=False)
+
+
+@pytest.mark.timeout(200)
+def test_a_read_only_studies_directory_is_one_line_and_the_study_is_untouched(
+    tmp_path: Path,
+) -> None:
+    studies = tmp_path / "studies"
+    studies.mkdir()
+    assert run(studies / "a.db", 1, tmp_path).returncode == 0
+    before = (studies / "a.db").read_bytes()
+    with read_only(studies):
+        line = one_error_line(run(studies / "a.db", 2, tmp_path))
+        assert str(studies) in line and "Read-only" in line, line
+    assert (studies / "a.db").read_bytes() == before
+    assert processes_in(tmp_path) == []
+    assert run(studies / "a.db", 2, tmp_path).returncode == 0  # resumes once writable
+    assert len(load_study(f"sqlite:///{studies / 'a.db'}", "s").trials) == 2
+
+
+@pytest.mark.timeout(120)
+def test_a_study_locked_by_another_process_is_one_line_and_resumes_after(tmp_path: Path) -> None:
+    db = tmp_path / "a.db"
+    assert run(db, 1, tmp_path).returncode == 0
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")  # another process writing, and never letting go
+    try:
+        line = one_error_line(run(db, 2, tmp_path))
+        assert "locked" in line
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert processes_in(tmp_path) == []
+    assert run(db, 2, tmp_path).returncode == 0
+    study = optuna.load_study(study_name="s", storage=f"sqlite:///{db}")
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 2
+
+
+@contextlib.contextmanager
+def small_filesystem(directory: Path, size: str) -> Iterator[None]:
+    """A tmpfs of ``size`` at ``directory``: a disk that fills up (needs root and mount)."""
+    directory.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("a full disk is simulated with a small tmpfs, which needs root")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", directory])
+    if mounted.returncode != 0:
+        pytest.skip("mount is not permitted here: no small filesystem to fill")
+    try:
+        yield
+    finally:
+        subprocess.run(["umount", str(directory)], check=False)
+
+
+@pytest.mark.faults
+@pytest.mark.timeout(300)
+def test_a_full_disk_mid_study_is_one_line_and_the_stored_trials_survive(tmp_path: Path) -> None:
+    """The disk holds ~2 trials: the run stops with one line, a rerun with room resumes."""
+    disk = tmp_path / "disk"
+    db = disk / "a.db"
+    with small_filesystem(disk, "200k"):
+        line = one_error_line(run(db, 8, tmp_path))
+        assert "writing the study failed" in line and "rerun" in line, line
+        assert processes_in(tmp_path) == []
+        study = optuna.load_study(study_name="s", storage=f"sqlite:///{db}")
+        stored = study.get_trials(states=(TrialState.COMPLETE,))
+        assert stored and all(t.user_attrs.get("outcome") for t in stored)
+        subprocess.run(["mount", "-o", "remount,size=4m", str(disk)], check=True)
+        assert run(db, len(stored) + 1, tmp_path).returncode == 0  # room again: it resumes
+        loaded = load_study(f"sqlite:///{db}", "s")
+        assert sum(row.state == "COMPLETE" for row in loaded.trials) == len(stored) + 1
