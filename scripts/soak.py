@@ -108,7 +108,7 @@ def soak(trials: int, fault_rate: float, seed: int, workdir: Path) -> dict:
         "--storage", f"sqlite:///{db}", "--study", "soak",
         "--sampler", "random", "--no-dedup", "--warm-start", "0", "--confirm", "0",
         "--seed", str(seed), "--time-scale", "100", "--max-requests", "8",
-        "--concurrency", "4", "--startup-timeout", "5s", "--trial-timeout", "30s",
+        "--concurrency", "4", "--startup-timeout", "15s", "--trial-timeout", "30s",
         "--trials", str(trials),
     ]  # fmt: skip
     env = {**os.environ, "AUTOTUNE_SIM_FAULT_SCHEDULE": str(workdir / "faults.txt")}
