@@ -111,6 +111,13 @@ class _Expander:
         text = "\n".join(texts)
         return text, self.synth.count(text)
 
+    def system_start(self, record: RequestRecord) -> tuple[list[str], list[int]]:
+        """The system prompt's first pieces and their tokens: the shared prefix, if any."""
+        if record.prefix is None:
+            return [], []
+        text, tokens = self.prefix(record)
+        return [text], [tokens]
+
     def system(self, texts: list[str], counts: list[int]) -> tuple[str | None, int]:
         """The system prompt from its pieces (prefix, then the request's own)."""
         if len(texts) < 2:
@@ -203,12 +210,7 @@ class _Expander:
     def full(
         self, record: RequestRecord, spec: FullInput
     ) -> tuple[str | None, int, tuple[Message, ...], tuple[int, ...]]:
-        system_texts: list[str] = []
-        system_counts: list[int] = []
-        if record.prefix is not None:
-            text, tokens = self.prefix(record)
-            system_texts.append(text)
-            system_counts.append(tokens)
+        system_texts, system_counts = self.system_start(record)
         if spec.system:
             text, tokens = self.parts(record, spec.system, f"{record.id}:sys")
             system_texts.append(text)
@@ -239,12 +241,7 @@ class _Expander:
                 f"cover only full blocks (<= {full_blocks}), but got {spec.system_blocks}"
             )
         scope = self.scope(record, None)
-        system_texts: list[str] = []
-        system_counts: list[int] = []
-        if record.prefix is not None:
-            text, tokens = self.prefix(record)
-            system_texts.append(text)
-            system_counts.append(tokens)
+        system_texts, system_counts = self.system_start(record)
         if spec.system_blocks:
             segment = self.segment(scope, tuple(ids[: spec.system_blocks]), "system")
             system_texts.append(segment.message.text)
