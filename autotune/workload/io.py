@@ -9,6 +9,7 @@ import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -78,15 +79,23 @@ def read_workload(path: Path, *, skip_invalid: bool = False) -> Workload:
     listed in ``Workload.skipped``; a bad header is always an error.
     """
     try:
-        data = path.read_bytes()
+        handle = path.open("rb")
     except OSError as exc:
         raise WorkloadError(f"{path}: cannot read workload: {exc.strerror}") from exc
-    digest = hashlib.sha256(data).hexdigest()
+    with handle:
+        return _read_lines(path, handle, skip_invalid)
+
+
+def _read_lines(path: Path, handle: BinaryIO, skip_invalid: bool) -> Workload:
+    """One line at a time: the file is never held whole, only the records parsed from it."""
+    digest = hashlib.sha256()
     header: Header | None = None
     prefixes: dict[str, PrefixRecord] = {}
     requests: dict[str, RequestRecord] = {}
     skipped: list[str] = []
-    for number, raw in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
+    for number, line in enumerate(handle, 1):
+        digest.update(line)
+        raw = line.decode("utf-8", errors="replace")
         if not raw.strip():
             continue
         where = f"{path}:{number}"
@@ -112,7 +121,7 @@ def read_workload(path: Path, *, skip_invalid: bool = False) -> Workload:
             skipped.append(f"{number}: {str(exc).removeprefix(where + ': ')}")
     if header is None:
         raise WorkloadError(f"{path}:1: header: empty workload file")
-    return Workload(header, prefixes, list(requests.values()), digest, skipped)
+    return Workload(header, prefixes, list(requests.values()), digest.hexdigest(), skipped)
 
 
 def _parse_line(raw: str, where: str) -> Header | PrefixRecord | RequestRecord:
