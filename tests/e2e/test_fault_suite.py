@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,14 @@ from optuna.trial import TrialState
 
 from autotune.sim.faults import FAULT_SCHEDULE_ENV
 from autotune.study_reader import load_study
-from tests.e2e.conftest import REPO, SAMPLE_WORKLOAD, autotune_argv, processes_in
+from tests.e2e.conftest import (
+    REPO,
+    SAMPLE_WORKLOAD,
+    autotune_argv,
+    output,
+    processes_in,
+    wait_for,
+)
 
 FITS_SPACE = REPO / "tests" / "e2e" / "data" / "fits.yaml"
 
@@ -123,3 +131,53 @@ def test_a_short_soak_loses_no_trial_and_leaves_no_process() -> None:
     figures = json.loads(done.stdout)
     assert set(figures) == {"trials", "lost", "orphans", "rss_growth_mb", "fd_growth"}
     assert (figures["trials"], figures["lost"], figures["orphans"]) == (10, 0, 0)
+
+
+def _kill_then_resume(tmp_path: Path, spawn, sig: int, when: str) -> None:
+    """Start a 3-trial run, send ``sig`` when trial 1 is ``when``, then resume it."""
+    path = tmp_path / "faults.txt"
+    path.write_text("\n\n--fault-hang-at-startup\n" if when == "starting" else "\n")
+    os.environ[FAULT_SCHEDULE_ENV] = str(path)  # spawn passes os.environ on
+    try:
+        args = run_args(tmp_path / "autotune.db", 3, "--heartbeat-interval", "1")
+        process = spawn(*args, cwd=tmp_path)
+
+        def reached() -> bool:
+            log = tmp_path / "runs" / "faults" / "trial-0001" / "server.log"
+            text = log.read_text() if log.exists() else ""
+            marker = "Starting to load model" if when == "starting" else "Application startup"
+            return marker in text
+
+        assert wait_for(reached, timeout_s=150), output(tmp_path)
+        os.kill(process.pid, sig)
+        process.wait(timeout=60)
+    finally:
+        del os.environ[FAULT_SCHEDULE_ENV]
+    assert wait_for(lambda: processes_in(tmp_path) == [], timeout_s=15), processes_in(tmp_path)
+    rerun = subprocess.run(autotune_argv(*args), cwd=tmp_path, capture_output=True, timeout=200)
+    assert rerun.returncode == 0, rerun.stdout.decode() + rerun.stderr.decode()
+    url = f"sqlite:///{tmp_path / 'autotune.db'}"
+    study = optuna.load_study(study_name="faults", storage=url)
+    assert len(study.get_trials(states=(TrialState.COMPLETE,))) == 3
+    assert not study.get_trials(states=(TrialState.RUNNING, TrialState.WAITING))
+    failed = study.get_trials(states=(TrialState.FAIL,))
+    assert [t.number for t in failed] == [1]  # the killed trial, recorded and retried
+    loaded = load_study(url, "faults")  # kill -9 leaves no outcome: the heartbeat FAILs it
+    assert all(row.outcome for row in loaded.trials if row.state == "COMPLETE")
+    assert processes_in(tmp_path) == []
+
+
+@pytest.mark.faults
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize(
+    ("sig", "when"),
+    [
+        (signal.SIGKILL, "starting"),  # mid-startup: the server hangs while loading
+        (signal.SIGTERM, "serving"),
+        (signal.SIGINT, "starting"),
+    ],
+)
+def test_killed_or_stopped_autotune_leaves_nothing_and_resumes(
+    tmp_path: Path, spawn, sig: int, when: str
+) -> None:
+    _kill_then_resume(tmp_path, spawn, sig, when)

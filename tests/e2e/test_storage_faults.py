@@ -63,7 +63,7 @@ def read_only(directory: Path) -> Iterator[None]:
         subprocess.run(["mount", "-o", "remount,bind,ro", str(directory)], check=True)
         yield
     finally:
-        subprocess.run(["umount", str(directory)], check=False)
+        subprocess.run(["umount", "--lazy", str(directory)], check=False)  # the test holds the db
 
 
 @pytest.mark.timeout(200)
@@ -113,7 +113,7 @@ def small_filesystem(directory: Path, size: str) -> Iterator[None]:
     try:
         yield
     finally:
-        subprocess.run(["umount", str(directory)], check=False)
+        subprocess.run(["umount", "--lazy", str(directory)], check=False)  # the test holds the db
 
 
 @pytest.mark.faults
