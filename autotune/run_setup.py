@@ -87,6 +87,10 @@ class RunOptions(BaseModel):
     artifacts_dir: Path | None = None
     heartbeat_interval_s: int = Field(default=DEFAULT_HEARTBEAT_S, ge=1)
     tuner: TunerSettings = TunerSettings()
+    gpus_per_trial: int = Field(default=1, ge=1)  # the tensor-parallel size
+
+
+TENSOR_PARALLEL_FLAG = "tensor-parallel-size"
 
 
 def prepare_study(options: RunOptions, *, say: Callable[[str], None] | None = None) -> StudySpec:
@@ -139,6 +143,15 @@ def prepare_study(options: RunOptions, *, say: Callable[[str], None] | None = No
         space = space.model_copy(
             update={"fixed": space.fixed | {MAX_MODEL_LEN_FLAG: checked.max_model_len}}
         )
+    if options.gpus_per_trial > 1:
+        if options.engine == "sim":
+            raise InputError(
+                f"--gpus-per-trial {options.gpus_per_trial}: the simulator models one GPU per "
+                "server; use --gpus-per-trial 1 with --engine sim"
+            )
+        space = space.model_copy(
+            update={"fixed": space.fixed | {TENSOR_PARALLEL_FLAG: options.gpus_per_trial}}
+        )
     longest = max((request.prompt_tokens for request in plan.requests), default=0)
     if options.engine == "sim":
         extra_args = ("--tokenizer", options.tokenizer) if options.tokenizer else ()
@@ -179,6 +192,9 @@ def prepare_study(options: RunOptions, *, say: Callable[[str], None] | None = No
         oracle = try_oracle(
             options.hardware, options.sim_model, plan, options.load, goal, calibration=calibration
         )
+        if options.gpus_per_trial > 1 and prescreen is not None:
+            say("note: no memory pre-screen with --gpus-per-trial above 1 (it models one GPU)")
+            prescreen = oracle = None
         gpu = options.hardware or engine.hardware().gpu_name.replace(" ", "-").lower()
     name = options.study or default_study_name(
         options.model, gpu, plan.name, [o.value for o in goal.objectives]
@@ -210,6 +226,9 @@ def prepare_study(options: RunOptions, *, say: Callable[[str], None] | None = No
         tuner=options.tuner,
         oracle=oracle,
         calibration=calibration,
+        run_options=options.model_copy(
+            update={"workload": options.workload.resolve(), "space": space_path.resolve()}
+        ).model_dump(mode="json", exclude={"storage", "study"}),
     )
 
 

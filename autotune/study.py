@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
+import os
+import socket
 import tempfile
 import warnings
 from collections.abc import Callable, Iterator
@@ -52,6 +54,7 @@ from autotune.vocabulary import Outcome
 from autotune.workload.plan import WorkloadPlan
 
 SAMPLERS = ("guided", "gp", "tpe", "random", "grid")
+
 IDENTITY_ATTRS = ("space_digest", "workload_digest", "objectives", "engine", "model")
 # Trials that spent a launch of the --trials budget: measured, failed, or pruned early.
 COUNTED_STATES = (TrialState.COMPLETE, TrialState.PRUNED)
@@ -105,12 +108,25 @@ class StudySpec:
         Callable[[StudySpec, TrialConfig, Path, Callable[[Progress], bool] | None], TrialResult]
         | None
     ) = None
+    run_options: dict[str, Any] | None = None  # stored, so `autotune worker` can join
+    join: bool = False  # a worker of a study another process set up: no seeds, no confirmation
+    # Runs the search in other processes (`run --gpus`), returning when they are done.
+    workers: Callable[[], None] | None = None
+
+
+def storage_url(url: str) -> str:
+    """``postgresql://`` means psycopg 3 (the ``postgres`` extra), not SQLAlchemy's psycopg2."""
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url.removeprefix(prefix)
+    return url
 
 
 def open_storage(
     url: str, *, heartbeat_interval_s: int | None = None
 ) -> optuna.storages.RDBStorage:
     """An RDBStorage for ``url`` with heartbeat and stale-trial retry; errors name the URL."""
+    url = storage_url(url)
     try:
         if url.startswith("sqlite:///"):
             path = Path(url.removeprefix("sqlite:///"))
@@ -184,8 +200,8 @@ def _base_sampler(
         return optuna.samplers.GPSampler(
             seed=seed, n_startup_trials=startup, warn_independent_sampling=False
         )
-    if name == "tpe":
-        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup)
+    if name == "tpe":  # the constant liar: several workers do not pick the same point at once
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, constant_liar=True)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "grid":
@@ -331,6 +347,10 @@ def run_study(spec: StudySpec, *, observer: StudyObserver | None = None) -> optu
     if observer is not None and tuner.describe():
         observer.on_phase(tuner.describe() or "")
     study = create_or_resume(spec, storage, engine_version, tuner)
+    if spec.join:
+        return _join(spec, study, engine_version, observer, tuner)
+    if spec.run_options is not None:  # the latest run's options: what workers join with
+        study.set_user_attr("run_options", spec.run_options)
     if spec.sampler != "grid":  # GridSampler ignores enqueued points; it meets the baseline
         baseline = spec.space.baseline_params(engine_version)
         study.enqueue_trial(
@@ -342,25 +362,25 @@ def run_study(spec: StudySpec, *, observer: StudyObserver | None = None) -> optu
     remaining = None if spec.n_trials is None else spec.n_trials - completed_count(study)
     if remaining is not None and remaining <= 0:
         return study
-    callbacks = []
-    if spec.n_trials is not None:
-        callbacks.append(optuna.study.MaxTrialsCallback(spec.n_trials, states=COUNTED_STATES))
-    if observer is not None:
-        callbacks.append(
-            lambda study, trial: observer.on_trial_end(trial, trial_outcome(trial), study)
-        )
+    callbacks = _callbacks(spec, observer)
+    if spec.workers is not None:
+        spec.workers()
+        with warnings.catch_warnings():  # a worker killed at the end leaves its trial RUNNING
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            optuna.storages.fail_stale_trials(study)
     runner = _TrialRunner(spec, study, engine_version, observer, tuner)
     # FAIL trials (our own errors) do not count towards n_trials, but a run of
     # them must not loop forever: attempts are capped.
     max_attempts = None if remaining is None else 2 * remaining + 5
     with _storage_write_errors(spec.storage_url):
-        study.optimize(
-            runner,
-            n_trials=max_attempts,
-            timeout=spec.timeout_s,
-            callbacks=callbacks,
-            catch=(Exception,),
-        )
+        if spec.workers is None:
+            study.optimize(
+                runner,
+                n_trials=max_attempts,
+                timeout=spec.timeout_s,
+                callbacks=callbacks,
+                catch=(Exception,),
+            )
         if spec.n_trials is None and tuner.confirm_slots:  # a timed run: re-measure after it
             tuner.closing = True
             study.optimize(
@@ -389,6 +409,60 @@ def _storage_write_errors(url: str) -> Iterator[None]:
             "intact; make room (or fix permissions, or stop the other writer) and rerun the "
             "same command to resume"
         ) from exc
+
+
+def _callbacks(spec: StudySpec, observer: StudyObserver | None) -> list[Callable[..., None]]:
+    """Stop at ``n_trials`` counted trials; report each trial's end."""
+    callbacks = []
+    if spec.n_trials is not None:
+        callbacks.append(optuna.study.MaxTrialsCallback(spec.n_trials, states=COUNTED_STATES))
+    if observer is not None:
+        callbacks.append(
+            lambda study, trial: observer.on_trial_end(trial, trial_outcome(trial), study)
+        )
+    return callbacks
+
+
+def _join(
+    spec: StudySpec,
+    study: optuna.Study,
+    engine_version: str,
+    observer: StudyObserver | None,
+    tuner: Tuner,
+) -> optuna.Study:
+    """A worker's share: trials until the study has ``n_trials`` counted ones (over every
+    worker); the process that set the study up seeds and confirms it."""
+    callbacks = _callbacks(spec, observer)
+    under_way = (*COUNTED_STATES, TrialState.RUNNING)  # a late joiner counts running ones
+    under = len(study.get_trials(deepcopy=False, states=under_way))
+    remaining = None if spec.n_trials is None else spec.n_trials - under
+    if remaining is not None and remaining <= 0:
+        return study
+    runner = _TrialRunner(spec, study, engine_version, observer, tuner)
+    study.optimize(
+        runner,
+        n_trials=None if remaining is None else 2 * remaining + 5,
+        timeout=spec.timeout_s,
+        callbacks=[_stop_at_budget(spec.n_trials), *callbacks[1:]] if spec.n_trials else callbacks,
+        catch=(Exception,),
+    )
+    return study
+
+
+def _stop_at_budget(n_trials: int) -> Callable[[optuna.Study, FrozenTrial], None]:
+    """Stop once counted trials plus those other workers are running reach ``n_trials``:
+    Optuna's MaxTrialsCallback counts finished ones only, so each worker but the last
+    would start one trial too many."""
+
+    def stop(study: optuna.Study, trial: FrozenTrial) -> None:
+        with warnings.catch_warnings():  # a dead worker's trial is not running any more
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            optuna.storages.fail_stale_trials(study)
+        states = (*COUNTED_STATES, TrialState.RUNNING)
+        if len(study.get_trials(deepcopy=False, states=states)) >= n_trials:
+            study.stop()
+
+    return stop
 
 
 def make_tuner(spec: StudySpec, engine_version: str) -> Tuner:
@@ -438,6 +512,7 @@ class _TrialRunner:
         role = self.tuner.role_of(trial.number)  # a warm-start seed or a re-measurement
         if role is not None:
             TrialRecord(**role.attrs()).write(trial)
+        TrialRecord(worker=worker_name()).write(trial)
         try:
             params = spec.space.suggest(trial, self.engine_version)
             is_baseline = enqueued.is_baseline or (
@@ -447,7 +522,7 @@ class _TrialRunner:
                 self.observer.on_trial_start(trial.number, params, is_baseline)
             config = self._config(params)
             key = config_key(config)
-            twin = self.tuner.twin(key, role)
+            twin = self.tuner.twin(key, role, trial)
             if twin is not None:
                 return self._repeat(trial, twin)
             result = self._run(trial, params, config)
@@ -632,6 +707,12 @@ def score_result(goal: Goal, result: TrialResult) -> Score:
 def trial_outcome(trial: FrozenTrial) -> str:
     """The outcome class of a stored trial (FAIL without one: interrupted or our own error)."""
     return outcome_text(TrialRecord.read(trial.user_attrs).outcome, trial.state.name)
+
+
+def worker_name() -> str:
+    """Which worker runs a trial: host, process and GPU group (workers share a study)."""
+    gpus = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return f"{socket.gethostname()}:{os.getpid()}" + (f" gpus {gpus}" if gpus else "")
 
 
 def _no_data_latency(spec: StudySpec) -> float:

@@ -67,6 +67,9 @@ class TrialRecord(BaseModel):
         None, description="`HardwareFingerprint` dict, as in the study attrs"
     )
     wall_s: float | None = Field(None, description="the trial's wall time in seconds")
+    worker: str | None = Field(
+        None, description="who ran it: `host:pid`, and `gpus G` with a GPU group (several workers)"
+    )
     error: str | None = Field(
         None, description="autotune's own error (outcome `error`, a FAIL trial), or null"
     )

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import typer
 
-from autotune.cli import record, replay, results, run, sim, trial, workload
+from autotune.cli import record, replay, results, run, sim, trial, worker, workload
 
 app = typer.Typer(
     name="autotune",
@@ -20,6 +20,7 @@ trial.register(app)  # try
 results.register(app)  # export, compare, report, explain
 replay.register(app)  # replay
 record.register(app)  # record
+worker.register(app)  # worker
 app.add_typer(sim.app, name="sim")
 app.add_typer(workload.app, name="workload")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from pathlib import Path
@@ -48,6 +49,7 @@ from autotune.study import StudySpec, completed_count, completed_trials, run_log
 from autotune.study_reader import LoadedStudy, TrialRow, load_study, study_names
 from autotune.tuner.kv_bounds import kv_bound_warning
 from autotune.tuner.session import TunerSettings
+from autotune.workers import gpu_groups, refuse_sqlite, run_workers
 from autotune.workload.stats import IdealPrefixHits
 
 WIDE_SHOW_COLUMNS = 160  # below this width `show` lists parameters under the table
@@ -186,8 +188,20 @@ def run(
     heartbeat_interval: Annotated[
         int, typer.Option("--heartbeat-interval", hidden=True)
     ] = DEFAULT_HEARTBEAT_S,
+    gpus: Annotated[
+        str | None,
+        typer.Option("--gpus", help="GPUs, e.g. 0,1,2,3: one worker per group (PostgreSQL)."),
+    ] = None,
+    gpus_per_trial: Annotated[
+        int, typer.Option("--gpus-per-trial", help="GPUs per server (tensor-parallel size).")
+    ] = 1,
 ) -> None:
     """Tune: propose configs, launch, replay, score; resume by running the same command again."""
+    groups = gpu_groups(gpus, gpus_per_trial)
+    if len(groups) > 1:
+        refuse_sqlite(storage, f"--gpus {gpus} (--gpus-per-trial {gpus_per_trial})")
+    if groups:  # the study's fingerprint, pre-screen and confirmations: the first group
+        os.environ["CUDA_VISIBLE_DEVICES"] = groups[0]
     options = RunOptions(
         objective=objective,
         workload=workload,
@@ -218,6 +232,7 @@ def run(
         tuner=TunerSettings(
             warm_start=warm_start, learn=learn, confirm=confirm, dedup=dedup, prune=prune
         ),
+        gpus_per_trial=gpus_per_trial,
     )
     out = console()
     found: list[str] = []
@@ -234,13 +249,35 @@ def run(
         say_found(f"[yellow]warning[/yellow]: {bound}")
     resuming = completed_trials(spec) is not None  # storage errors first, before any file
     output = RunOutput(out, run_log_path(spec))
+    if len(groups) > 1:
+        spec.workers = lambda: _workers(spec, groups, output)
     try:
-        _run(spec, output, found, resuming=resuming)
+        run_with_output(spec, output, found, resuming=resuming)
     finally:
         output.close()
 
 
-def _run(spec: StudySpec, output: RunOutput, found: list[str], *, resuming: bool) -> None:
+def _workers(spec: StudySpec, groups: list[str], output: RunOutput) -> None:
+    """One `autotune worker` per GPU group; their lines on stdout (each logs its own)."""
+    output.say(f"{len(groups)} workers, GPU groups {' | '.join(groups)}")
+    codes = run_workers(
+        spec.storage_url,
+        spec.name,
+        groups,
+        say=lambda line: output.out.print(line, highlight=False, soft_wrap=True, markup=False),
+    )
+    for group, code in codes.items():
+        if code != 0:
+            output.say(
+                f"[yellow]warning[/yellow]: the worker on GPUs {group} exited with {code}; "
+                "a trial it left is retried by the others (or the next run)"
+            )
+
+
+def run_with_output(
+    spec: StudySpec, output: RunOutput, found: list[str], *, resuming: bool, summary: bool = True
+) -> None:
+    """Run the study with live progress; Ctrl-C and SIGTERM interrupt it cleanly."""
     for line in found:
         output.log_only(line)
     existing = load_study(spec.storage_url, spec.name) if resuming else None
@@ -269,10 +306,12 @@ def _run(spec: StudySpec, output: RunOutput, found: list[str], *, resuming: bool
             "[yellow]Interrupted[/yellow]: the running trial is recorded as interrupted; "
             "run the same command again to resume."
         )
-        _finish(load_study(spec.storage_url, spec.name), output)
+        if summary:
+            _finish(load_study(spec.storage_url, spec.name), output)
         sys.exit(130)
     loaded = load_study(spec.storage_url, spec.name)
-    _finish(loaded, output)
+    if summary:
+        _finish(loaded, output)
     checks = [row.replay.prompt_tokens_check for row in loaded.trials if row.replay]
     mismatched = [check for check in checks if check is not None and not check.ok]
     if mismatched:

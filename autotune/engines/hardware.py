@@ -33,14 +33,37 @@ GPU_MEMORY_WAIT_TIMEOUT_S = 60.0
 GPU_MEMORY_POLL_S = 0.5
 
 
+def visible_gpu_indices() -> list[int] | None:
+    """The GPUs ``CUDA_VISIBLE_DEVICES`` leaves to this process (a worker's GPU group).
+
+    None when it is unset or names GPUs by UUID: then every GPU counts. NVML and
+    nvidia-smi ignore the variable, so the fingerprint and the memory wait filter by it.
+    """
+    text = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if text is None or not text.strip():
+        return None
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError:
+        return None
+
+
+def _visible(rows: list) -> list:
+    indices = visible_gpu_indices()
+    if indices is None:
+        return rows
+    return [rows[index] for index in indices if 0 <= index < len(rows)]
+
+
 def _nvml_devices() -> list[object] | None:
-    """NVML device handles, or None when NVML is missing or sees no GPU."""
+    """NVML handles of the visible GPUs, or None when NVML is missing or sees no GPU."""
     if nvml is None:
         return None
     try:
         nvml.nvmlInit()
         count = nvml.nvmlDeviceGetCount()
-        return [nvml.nvmlDeviceGetHandleByIndex(index) for index in range(count)] or None
+        handles = [nvml.nvmlDeviceGetHandleByIndex(index) for index in range(count)]
+        return _visible(handles) or None
     except nvml.NVMLError:
         return None
 
@@ -54,7 +77,7 @@ _MIB = 1024**2
 
 
 def _smi_query(fields: str) -> list[list[str]] | None:
-    """Rows of ``nvidia-smi --query-gpu=FIELDS`` (one per GPU), or None."""
+    """Rows of ``nvidia-smi --query-gpu=FIELDS`` (one per visible GPU), or None."""
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return None
@@ -64,7 +87,7 @@ def _smi_query(fields: str) -> list[list[str]] | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     rows = [[cell.strip() for cell in line.split(",")] for line in done.stdout.splitlines()]
-    return [row for row in rows if row and row[0]] if done.returncode == 0 else None
+    return _visible([row for row in rows if row and row[0]]) if done.returncode == 0 else None
 
 
 def _smi_fingerprint() -> HardwareFingerprint | None:

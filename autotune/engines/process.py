@@ -50,7 +50,7 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def _server_preexec() -> Callable[[], None] | None:
+def child_preexec() -> Callable[[], None] | None:
     """A preexec_fn for a server: SIGINT back to its default, SIGTERM to it when we die.
 
     A shell starts a background job (``autotune run ... &``) with SIGINT ignored and
@@ -111,7 +111,7 @@ class ServerProcess:
                     env=dict(env),
                     start_new_session=True,
                     # Two libc calls after fork: safe even with other threads running.
-                    preexec_fn=_server_preexec(),
+                    preexec_fn=child_preexec(),
                 )
             except OSError as exc:
                 raise EngineError(f"cannot start {argv[0]}: {exc}") from exc

@@ -8,6 +8,7 @@ re-measurements are added to the same key; ``Measured`` keeps them all.
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from dataclasses import dataclass, field
 
 
@@ -39,6 +40,9 @@ class MeasuredIndex:
 
     def __init__(self) -> None:
         self.by_key: dict[str, Measured] = {}
+        self.seen: set[int] = set()  # trial numbers already added
+        self.pending: set[str] = set()  # keys other workers are measuring now
+        self.confirming: Counter[int] = Counter()  # first trial -> re-measurements running
 
     def get(self, key: str) -> Measured | None:
         return self.by_key.get(key)
@@ -64,4 +68,5 @@ class MeasuredIndex:
         if measured and values:
             entry.samples.append(values[0])
         entry.trials.append(trial)
+        self.seen.add(trial)
         return entry

@@ -56,7 +56,7 @@ class GuidedSampler(BaseSampler):
             return {}  # an enqueued trial (baseline, seed, confirmation)
         mean, spread = self.estimates()
         estimate = mean + EXPLORATION * spread
-        tried = self.guide.equivalent_to(set(self.index.by_key))
+        tried = self.guide.equivalent_to(set(self.index.by_key) | self.index.pending)
         estimate = np.where(tried | ~np.isfinite(estimate), -np.inf, estimate)
         if not len(estimate) or not np.isfinite(estimate.max()):
             return {}

@@ -11,6 +11,9 @@ measured launches; ``finish`` crowns. Each technique has its switch in
 
 from __future__ import annotations
 
+import time
+import warnings
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +33,8 @@ from autotune.tuner.predictor import SimOracle
 from autotune.tuner.record import TunerStudyRecord, WarmStartSummary, Winner
 from autotune.tuner.sampler import GuidedSampler
 from autotune.tuner.schedule import Role, ScheduledSampler
+
+PENDING_POLL_S = 1.0  # how often a worker looks whether another's measurement has landed
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,7 @@ class Tuner:
         self.n_trials = n_trials
         self.closing = False  # a timed run's confirmation phase (no trial budget)
         self.index = MeasuredIndex()
+        self._key_of: Callable[[dict[str, Any]], str] | None = None
         self.guide: Guide | None = None
         self.sampler: GuidedSampler | None = None
         self.distributions = space.distributions(engine_version)
@@ -107,6 +113,7 @@ class Tuner:
 
     def next_role(self, study: optuna.Study, trial: FrozenTrial) -> Role | None:
         """What the new ``trial`` launches, if the tuner decides it (see the module docstring)."""
+        self.sync(study)  # what other workers measured or are launching
         if self._in_tail(study):
             role = self._confirmation()
             if role is not None:
@@ -131,12 +138,15 @@ class Tuner:
         )
         if not targets:
             return None
-        entry = min(targets, key=lambda e: len(e.samples))  # min is stable: best first
+        # Measured least often, counting re-measurements other workers run now; min is
+        # stable: best first among equals.
+        entry = min(targets, key=lambda e: len(e.samples) + self.index.confirming[e.first_trial])
         return Role(dict(entry.params), confirms=entry.first_trial)
 
     def _next_seed(self) -> Role | None:
         for rank, candidate in enumerate(self._seeds, start=1):
-            if candidate.key in self.index.by_key or candidate.key in self._proposed:
+            taken = self.index.by_key.keys() | self.index.pending | self._proposed
+            if candidate.key in taken:
                 continue
             self._proposed.add(candidate.key)
             return Role(dict(candidate.params), warm_start=rank)
@@ -160,15 +170,52 @@ class Tuner:
 
     def rebuild(self, study: optuna.Study, key_of: Callable[[dict[str, Any]], str]) -> None:
         """Fill the index from a resumed study's COMPLETE trials."""
-        for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-            if TrialRecord.read(trial.user_attrs).duplicate_of is not None:
-                continue
-            self.record(trial, key_of(trial.params), trial.values, trial.constraints)
+        self._key_of = key_of
+        self.sync(study)
 
-    def twin(self, key: str, role: Role | None) -> Measured | None:
-        """The earlier measurement of this launch, unless dedup is off or this re-measures."""
+    def sync(self, study: optuna.Study, *, current: int | None = None) -> None:
+        """Add COMPLETE trials not indexed yet (other workers' too); the configs of RUNNING
+        ones are pending, so two workers never launch one config at once. With ``current``
+        only earlier trials count: of two trials of one config, the earlier one launches."""
+        if self._key_of is None:
+            return
+        states = (TrialState.COMPLETE, TrialState.RUNNING)
+        pending, confirming = set(), Counter()
+        for trial in study.get_trials(deepcopy=False, states=states):
+            if trial.state == TrialState.COMPLETE:
+                duplicate = TrialRecord.read(trial.user_attrs).duplicate_of is not None
+                if trial.number not in self.index.seen and not duplicate:
+                    self.record(trial, self._key_of(trial.params), trial.values, trial.constraints)
+                continue
+            # An enqueued trial's params are known before it suggests them.
+            params = trial.params or trial.system_attrs.get("fixed_params")
+            later = current is not None and trial.number >= current
+            if "confirms" in trial.user_attrs:
+                confirming[trial.user_attrs["confirms"]] += 1
+            if later or not params or "confirms" in trial.user_attrs:
+                continue
+            try:
+                pending.add(self._key_of(params))
+            except Exception:  # its params are still being suggested: not a config yet
+                continue
+        self.index.pending = pending
+        self.index.confirming = confirming
+
+    def twin(self, key: str, role: Role | None, trial: optuna.Trial) -> Measured | None:
+        """The earlier measurement of this launch, unless dedup is off or this re-measures.
+
+        When another worker is measuring it now, wait for its answer rather than launch it
+        twice (it takes as long); a dead worker's trial stops being pending once stale.
+        """
         if not self.settings.dedup or (role is not None and role.confirms is not None):
             return None
+        self.sync(trial.study, current=trial.number)
+        while key in self.index.pending and key not in self.index.by_key:
+            time.sleep(PENDING_POLL_S)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                optuna.storages.fail_stale_trials(trial.study)
+            self.sync(trial.study, current=trial.number)
         return self.index.get(key)
 
     def record(

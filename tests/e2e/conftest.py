@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.e2e.postgres import PostgresMissing, create_database, postgres_server
 from tests.replay.conftest import free_port, wait_ready
 
 REPO = Path(__file__).resolve().parents[2]
@@ -58,6 +59,22 @@ def long_sim_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=5)
         log.close()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[str]:
+    """A real PostgreSQL server for the session (tests/e2e/postgres.py); skips if missing."""
+    try:
+        with postgres_server() as url:
+            yield url
+    except PostgresMissing as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture
+def postgres_url(postgres: str) -> str:
+    """A fresh, empty database on the session's PostgreSQL server."""
+    return create_database(postgres)
 
 
 SimFactory = Callable[[float], str]

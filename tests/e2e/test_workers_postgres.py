@@ -1,0 +1,172 @@
+"""Several workers in one study on a real PostgreSQL server: `run --gpus`, `autotune worker`.
+
+The real CLI, real simulator processes, a real server started by the fixture
+(tests/e2e/postgres.py); every check reads the study back through Optuna's API.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import FrozenTrial, TrialState
+
+from tests.e2e.conftest import (
+    SAMPLE_WORKLOAD,
+    alive,
+    autotune_argv,
+    output,
+    processes_in,
+    sim_server_pids,
+    wait_for,
+)
+from tests.e2e.test_study_sim import FITS_SPACE, OOM_SPACE
+
+FAST = ["--time-scale", "50", "--max-requests", "8", "--concurrency", "4"]
+
+
+def run_args(url: str, *extra: str, space: Path = OOM_SPACE) -> list[str]:
+    return [
+        "run",
+        "--workload", str(SAMPLE_WORKLOAD),
+        "--engine", "sim",
+        "--hardware", "rtx4080s-32g",
+        "--model", "qwen3.6-27b-awq",
+        "--space", str(space),
+        "--storage", url,
+        "--study", "multi",
+        "--seed", "1",
+        "--heartbeat-interval", "1",
+        *FAST,
+        *extra,
+    ]  # fmt: skip
+
+
+def load(url: str) -> optuna.Study:
+    storage = url.replace("postgresql://", "postgresql+psycopg://")
+    return optuna.load_study(study_name="multi", storage=storage)
+
+
+def _overlap(a: FrozenTrial, b: FrozenTrial) -> bool:
+    return a.datetime_start < b.datetime_complete and b.datetime_start < a.datetime_complete
+
+
+@pytest.mark.timeout(300)
+def test_three_workers_run_every_trial_once_and_never_one_config_twice_at_once(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    args = run_args(postgres_url, "--gpus", "0,1,2", "--trials", "9", "--confirm", "2")
+    result = subprocess.run(
+        autotune_argv(*args), cwd=tmp_path, capture_output=True, text=True, timeout=280
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "3 workers, GPU groups 0 | 1 | 2" in result.stdout
+    study = load(postgres_url)
+    trials = study.get_trials()
+    assert [t.number for t in trials] == list(range(len(trials)))
+    assert {t.state for t in trials} == {TrialState.COMPLETE}, [t.state for t in trials]
+    # The budget (re-measurements included) counts over every worker, not per worker; a
+    # worker that asked for a trial just before another's finished may add one (at most
+    # one per other worker).
+    assert 9 <= len(trials) <= 11
+    search = [t for t in trials if "confirms" not in t.user_attrs]
+    groups = {t.user_attrs["worker"].split(" gpus ")[1] for t in search}
+    assert groups == {"0", "1", "2"}
+    launched = [t for t in search if t.user_attrs.get("argv")]
+    for index, first in enumerate(launched):
+        for second in launched[index + 1 :]:
+            if _overlap(first, second):  # side by side: own ports, never the same config
+                assert first.user_attrs["argv"] != second.user_attrs["argv"]
+                port = first.user_attrs["argv"].index("--port") + 1
+                assert first.user_attrs["argv"][port] != second.user_attrs["argv"][port]
+    confirming = [t for t in trials if "confirms" in t.user_attrs]
+    assert confirming  # inside the budget, by whichever workers reached its tail
+    for index, first in enumerate(confirming):  # never one re-measurement twice at once
+        for second in confirming[index + 1 :]:
+            same = first.user_attrs["confirms"] == second.user_attrs["confirms"]
+            assert not (same and _overlap(first, second))
+    assert "winner" in study.user_attrs
+    assert not processes_in(tmp_path)
+
+
+@pytest.mark.timeout(300)
+def test_kill_9_of_one_worker_leaves_no_server_and_another_worker_retries_its_trial(
+    tmp_path: Path, postgres_url: str, spawn
+) -> None:
+    args = run_args(postgres_url, "--gpus", "0,1,2", "--trials", "8", space=FITS_SPACE)
+    args += ["--sampler", "random", "--no-dedup", "--warm-start", "0", "--confirm", "0"]
+    process = spawn(*args, cwd=tmp_path)
+
+    def serving_worker() -> int | None:
+        for pid in _children(process.pid):
+            if sim_server_pids(pid):
+                return pid
+        return None
+
+    assert wait_for(lambda: serving_worker() is not None, timeout_s=150), output(tmp_path)
+    victim = serving_worker()
+    assert victim is not None
+    servers = sim_server_pids(victim)
+    os.kill(victim, signal.SIGKILL)
+    assert wait_for(lambda: not any(alive(pid) for pid in servers), timeout_s=15), servers
+    assert process.wait(timeout=240) == 0, output(tmp_path)
+
+    study = load(postgres_url)
+    trials = study.get_trials()
+    killed = [t for t in trials if t.user_attrs.get("worker", "").split(" ")[0].endswith(
+        f":{victim}") and t.state != TrialState.COMPLETE]  # fmt: skip
+    assert [t.state for t in killed] == [TrialState.FAIL]
+    retried = [t for t in trials if t.system_attrs.get("failed_trial") == killed[0].number]
+    assert len(retried) == 1 and retried[0].state == TrialState.COMPLETE
+    assert retried[0].params == killed[0].params
+    assert f":{victim}" not in retried[0].user_attrs["worker"]
+    assert len(study.get_trials(states=(TrialState.COMPLETE,))) == 8
+    assert not study.get_trials(states=(TrialState.RUNNING, TrialState.WAITING))
+    assert "exited with -9" in output(tmp_path)
+    assert not processes_in(tmp_path)
+
+
+@pytest.mark.timeout(200)
+def test_a_worker_on_other_hardware_is_refused_unless_allowed(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    args = run_args(postgres_url, "--trials", "1", "--warm-start", "0", "--confirm", "0")
+    created = subprocess.run(
+        autotune_argv(*args), cwd=tmp_path, capture_output=True, text=True, timeout=150
+    )
+    assert created.returncode == 0, created.stdout + created.stderr
+    study = load(postgres_url)
+    study.set_user_attr("hardware", {**study.user_attrs["hardware"], "gpu_name": "NVIDIA H200"})
+    before = len(study.trials)
+    join = ["worker", "--storage", postgres_url, "--study", "multi"]
+    refused = subprocess.run(
+        autotune_argv(*join), cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert refused.returncode == 2
+    assert "--allow-other-hardware" in refused.stderr and "NVIDIA H200" in refused.stderr
+    assert len(load(postgres_url).trials) == before
+
+    study.set_user_attr("run_options", {**study.user_attrs["run_options"], "trials": 2})
+    allowed = subprocess.run(
+        autotune_argv(*join, "--allow-other-hardware"),
+        cwd=tmp_path, capture_output=True, text=True, timeout=150,
+    )  # fmt: skip
+    assert allowed.returncode == 0, allowed.stdout + allowed.stderr
+    assert len(load(postgres_url).get_trials(states=(TrialState.COMPLETE,))) == 2
+
+
+def _children(parent: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == parent:
+                found.append(int(entry.name))
+    return found
