@@ -62,6 +62,8 @@ class ScheduledSampler(BaseSampler):
             self.base.before_trial(study, trial)
         else:
             self.roles[trial.number] = role
+            for key, value in role.attrs().items():  # seen by other workers from now on
+                study._storage.set_trial_user_attr(trial._trial_id, key, value)
 
     def infer_relative_search_space(
         self, study: optuna.Study, trial: FrozenTrial

@@ -115,7 +115,8 @@ class Tuner:
         """What the new ``trial`` launches, if the tuner decides it (see the module docstring)."""
         self.sync(study)  # what other workers measured or are launching
         if self._in_tail(study):
-            role = self._confirmation()
+            running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+            role = self._confirmation(sum(t.number < trial.number for t in running))
             if role is not None:
                 return role
         return self._next_seed()
@@ -131,16 +132,18 @@ class Tuner:
         others_running = max(0, len(trials) - complete - 1)
         return self.n_trials - complete - others_running <= self.confirm_slots
 
-    def _confirmation(self) -> Role | None:
-        """The top candidate measured least often (best first among equals)."""
+    def _confirmation(self, ahead: int = 0) -> Role | None:
+        """The top candidate measured least often (best first among equals; with ``ahead``
+        trials of other workers started before this one, the next among equals, so that
+        workers reaching the tail together re-measure different configs)."""
         targets = confirmation_targets(
             self.index, self.settings.confirm, maximize=self.maximize, sampler=self.sampler
         )
         if not targets:
             return None
-        # Measured least often, counting re-measurements other workers run now; min is
-        # stable: best first among equals.
-        entry = min(targets, key=lambda e: len(e.samples) + self.index.confirming[e.first_trial])
+        counts = [len(e.samples) + self.index.confirming[e.first_trial] for e in targets]
+        least = [entry for entry, n in zip(targets, counts, strict=True) if n == min(counts)]
+        entry = least[ahead % len(least)]
         return Role(dict(entry.params), confirms=entry.first_trial)
 
     def _next_seed(self) -> Role | None:
