@@ -83,9 +83,10 @@ def test_three_workers_run_every_trial_once_and_never_one_config_twice_at_once(
                 assert first.user_attrs["argv"] != second.user_attrs["argv"]
                 port = first.user_attrs["argv"].index("--port") + 1
                 assert first.user_attrs["argv"][port] != second.user_attrs["argv"][port]
-    # Re-measurements stay inside the budget's tail (2 slots), whichever workers reach it.
+    # Re-measurements stay in the budget's tail (2 slots; workers that reach it together
+    # may each take one, at most one more per other worker).
     confirming = [t for t in trials if "confirms" in t.user_attrs]
-    assert 1 <= len(confirming) <= 2 + len(trials) - 9
+    assert 1 <= len(confirming) <= 2 + 2
     assert "winner" in study.user_attrs
     assert not processes_in(tmp_path)
 
