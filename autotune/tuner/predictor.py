@@ -12,10 +12,11 @@ import contextlib
 import io
 import multiprocessing
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
+from autotune.engines.process import child_preexec
 from autotune.errors import InputError
 from autotune.objective import Goal, Score, request_slo, score
 from autotune.prescreen import memory_margin
@@ -89,9 +90,11 @@ def score_prediction(goal: Goal, prediction: Prediction) -> Score:
 _WORKER_ORACLE: SimOracle | None = None
 
 
-def _init_worker(oracle: SimOracle) -> None:
+def _init_worker(oracle: SimOracle, die_with_parent: Callable[[], None] | None) -> None:
     global _WORKER_ORACLE
     _WORKER_ORACLE = oracle
+    if die_with_parent is not None:  # a kill -9 of autotune leaves no predicting worker
+        die_with_parent()
 
 
 def _score_in_worker(config: TrialConfig) -> Score | None:
@@ -109,6 +112,9 @@ def predict_all(
     context = multiprocessing.get_context("fork")
     chunk = max(1, len(configs) // (workers * 8))
     with ProcessPoolExecutor(
-        max_workers=workers, mp_context=context, initializer=_init_worker, initargs=(oracle,)
+        max_workers=workers,
+        mp_context=context,
+        initializer=_init_worker,
+        initargs=(oracle, child_preexec()),
     ) as pool:
         return list(pool.map(_score_in_worker, configs, chunksize=chunk))
