@@ -28,7 +28,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import warnings
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -77,9 +76,7 @@ def search_rate(storage: str, trials: int, gpus: str | None, cwd: Path) -> dict[
 def storage_trials(storage: str, n: int, attrs: dict[str, Any], study_name: str) -> list[float]:
     """Seconds of storage calls per trial, for ``n`` trials shaped like a real one."""
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        rdb = optuna.storages.RDBStorage(storage_url(storage), heartbeat_interval=10)
+    rdb = optuna.storages.RDBStorage(storage_url(storage))
     study = optuna.create_study(study_name=study_name, storage=rdb, load_if_exists=True)
     times = []
     for _ in range(n):
@@ -155,7 +152,7 @@ def print_tables(results: dict[str, Any]) -> None:
     sqlite = results["storage_ms"]["sqlite, 1 writer"]
     for name, ms in results["storage_ms"].items():
         share = ms / (1000 * mean_trial)
-        print(f"| {name} | {ms:.1f} | {ms / sqlite:.2f} | {100 * share:.2f}% |")
+        print(f"| {name} | {ms:.0f} | {ms / sqlite:.2f} | {100 * share:.1f}% |")
 
 
 if __name__ == "__main__":
