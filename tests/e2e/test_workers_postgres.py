@@ -168,3 +168,26 @@ def _children(parent: int) -> list[int]:
             if int(stat.rsplit(")", 1)[1].split()[1]) == parent:
                 found.append(int(entry.name))
     return found
+
+
+@pytest.mark.timeout(240)
+def test_kill_9_of_run_gpus_takes_its_workers_and_their_servers_with_it(
+    tmp_path: Path, postgres_url: str, spawn
+) -> None:
+    args = run_args(postgres_url, "--gpus", "0,1", "--trials", "8", space=FITS_SPACE)
+    args += ["--sampler", "random", "--no-dedup", "--warm-start", "0", "--confirm", "0"]
+    process = spawn(*args, cwd=tmp_path)
+
+    def serving() -> bool:
+        return any(sim_server_pids(pid) for pid in _children(process.pid))
+
+    assert wait_for(serving, timeout_s=150), output(tmp_path)
+    workers = _children(process.pid)
+    servers = [pid for worker in workers for pid in sim_server_pids(worker)]
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait(timeout=10)
+    gone = [*workers, *servers]
+    assert wait_for(lambda: not any(alive(pid) for pid in gone), timeout_s=60), gone
+    assert not processes_in(tmp_path)
+    running = load(postgres_url).get_trials(states=(TrialState.RUNNING,))
+    assert not running  # each worker recorded its trial as interrupted on the way out
