@@ -338,7 +338,8 @@ STRATEGIES: dict[str, tuple[str, TunerSettings]] = {
     "default, no warm start": ("guided", TunerSettings(warm_start=0)),
     "default, no learning": ("guided", TunerSettings(learn=False)),
     "default, no confirmation": ("guided", TunerSettings(confirm=0)),
-    "default, no dedup": ("guided", TunerSettings(dedup=False)),
+    "default, no dedup": ("guided", replace(DEFAULT, dedup=False)),
+    "default, recheck": ("guided", replace(DEFAULT, recheck=True)),
     # pruning is on or off by default (docs/benchmarks.md); the other way round:
     f"default, {'no pruning' if DEFAULT.prune else 'pruning'}": (
         "guided",

@@ -123,12 +123,19 @@ def run(
         typer.Option("--learn/--no-learn", help="Learn where the simulator is wrong (guided)."),
     ] = True,
     confirm: Annotated[
-        int, typer.Option("--confirm", help="Top configs re-measured before crowning (0: off).")
+        int,
+        typer.Option("--confirm", help="Last trials spent re-measuring the top configs (0: off)."),
     ] = 3,
     dedup: Annotated[
         bool,
         typer.Option("--dedup/--no-dedup", help="Never launch the same effective config twice."),
     ] = True,
+    recheck: Annotated[
+        bool,
+        typer.Option(
+            "--recheck/--no-recheck", help="Re-measure a new leader measured once, at once."
+        ),
+    ] = False,
     prune: Annotated[
         bool,
         typer.Option(
@@ -230,7 +237,12 @@ def run(
         prescreen=prescreen,
         heartbeat_interval_s=heartbeat_interval,
         tuner=TunerSettings(
-            warm_start=warm_start, learn=learn, confirm=confirm, dedup=dedup, prune=prune
+            warm_start=warm_start,
+            learn=learn,
+            confirm=confirm,
+            dedup=dedup,
+            recheck=recheck,
+            prune=prune,
         ),
         gpus_per_trial=gpus_per_trial,
     )

@@ -18,6 +18,7 @@ from autotune.tuner.residual import NOISE_SD
 from autotune.tuner.sampler import GuidedSampler
 
 MEASUREMENT_SD = 0.03  # run-to-run spread of one measurement (log scale)
+DUEL_Z = 2.0  # a challenger further behind than this many noise units is not worth a launch
 
 
 def estimates(
@@ -57,6 +58,32 @@ def confirmation_targets(
 ) -> list[Measured]:
     """The ``count`` best configs by estimate: each is measured once more."""
     return ranked(index, maximize=maximize, sampler=sampler)[:count]
+
+
+def duel(
+    index: MeasuredIndex, *, maximize: bool, sampler: GuidedSampler | None = None, top: int = 5
+) -> Measured | None:
+    """The config whose next measurement can most change the crown: of the leader and its
+    closest challenger (smallest gap in units of their measurement noise), the one
+    measured less often; None when nothing was measured or no challenger is within
+    ``DUEL_Z`` noise units."""
+    scores = estimates(index, maximize=maximize, sampler=sampler)
+    best = sorted(scores, key=lambda key: -scores[key])[:top]
+    if not best:
+        return None
+    leader = index.by_key[best[0]]
+
+    def z(entry: Measured) -> float:
+        noise = MEASUREMENT_SD * math.sqrt(1 / len(leader.samples) + 1 / len(entry.samples))
+        return (scores[leader.key] - scores[entry.key]) / noise
+
+    challengers = [index.by_key[key] for key in best[1:]]
+    if not challengers:
+        return leader if len(leader.samples) < 2 else None
+    challenger = min(challengers, key=z)
+    if z(challenger) > DUEL_Z:
+        return None
+    return leader if len(leader.samples) < len(challenger.samples) else challenger
 
 
 def crown(

@@ -25,7 +25,7 @@ from autotune.defaults import DEFAULT_PRUNE
 from autotune.space import SearchSpace
 from autotune.trial import Prescreen
 from autotune.trial_record import TrialRecord
-from autotune.tuner.confirm import confirmation_targets, crown
+from autotune.tuner.confirm import confirmation_targets, crown, duel
 from autotune.tuner.guide import Guide, PredictionCache, build_guide
 from autotune.tuner.lattice import Candidate
 from autotune.tuner.measured import Measured, MeasuredIndex
@@ -45,6 +45,7 @@ class TunerSettings:
     learn: bool = True  # learn the simulator's residual from measurements
     confirm: int = 3  # top configs re-measured at the end of the budget (0: off)
     dedup: bool = True  # never launch a measured effective config again
+    recheck: bool = False  # re-measure a new leader measured once, at once (bench: off wins)
     prune: bool = DEFAULT_PRUNE  # stop a trial whose throughput so far is far below the best's
 
 
@@ -119,7 +120,17 @@ class Tuner:
             role = self._confirmation(sum(t.number < trial.number for t in running))
             if role is not None:
                 return role
-        return self._next_seed()
+        return self._next_seed() or self._recheck()
+
+    def _recheck(self) -> Role | None:
+        """A re-measurement of the leader when it was measured once (one lucky run is
+        not enough to lead the search or be handed over)."""
+        if not self.settings.recheck:
+            return None
+        leader = self.crowned()
+        if leader is None or len(leader.samples) > 1:
+            return None
+        return Role(dict(leader.params), confirms=leader.first_trial)
 
     def _in_tail(self, study: optuna.Study) -> bool:
         if self.closing:
@@ -133,9 +144,17 @@ class Tuner:
         return self.n_trials - complete - others_running <= self.confirm_slots
 
     def _confirmation(self, ahead: int = 0) -> Role | None:
-        """The top candidate measured least often (best first among equals; with ``ahead``
-        trials of other workers started before this one, the next among equals, so that
-        workers reaching the tail together re-measure different configs)."""
+        """The leader or its closest challenger (``duel``) when no other worker is ahead in
+        the tail, else the top candidate measured least often (best first among equals;
+        with ``ahead`` trials of other workers started before this one, the next among
+        equals, so that workers reaching the tail together re-measure different configs)."""
+        contested = duel(self.index, maximize=self.maximize, sampler=self.sampler)
+        if (
+            ahead == 0
+            and contested is not None
+            and not self.index.confirming[contested.first_trial]
+        ):
+            return Role(dict(contested.params), confirms=contested.first_trial)
         targets = confirmation_targets(
             self.index, self.settings.confirm, maximize=self.maximize, sampler=self.sampler
         )

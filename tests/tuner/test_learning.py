@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autotune.tuner.confirm import crown
+from autotune.tuner.confirm import crown, duel
 from autotune.tuner.measured import MeasuredIndex
 from autotune.tuner.residual import ResidualModel
 
@@ -30,3 +30,19 @@ def test_without_a_model_the_crown_is_the_best_mean_of_feasible_configs() -> Non
     winner = crown(index, maximize=True)
     assert winner.key == "a"  # b's mean is 99: its first run was luck
     assert index.get("b").spread > 0 and index.get("b").trials == [1, 3]
+
+
+def test_the_tail_re_measures_the_less_measured_of_a_close_leader_and_challenger() -> None:
+    index = MeasuredIndex()
+    for trial, (key, value) in enumerate([("a", 100.0), ("a", 101.0), ("b", 100.5), ("c", 60.0)]):
+        index.add(
+            key, params={"k": key}, trial=trial, values=[value], constraints={}, measured=True
+        )
+    assert duel(index, maximize=True).key == "b"  # 0.5% behind a, measured once
+    index.add("b", params={"k": "b"}, trial=4, values=[100.5], constraints={}, measured=True)
+    index.add("b", params={"k": "b"}, trial=5, values=[100.5], constraints={}, measured=True)
+    assert duel(index, maximize=True).key == "a"  # now a is the less measured of the two
+    far = MeasuredIndex()
+    for trial, (key, value) in enumerate([("a", 100.0), ("a", 100.0), ("c", 60.0)]):
+        far.add(key, params={"k": key}, trial=trial, values=[value], constraints={}, measured=True)
+    assert duel(far, maximize=True) is None  # 40% behind: not worth a launch
