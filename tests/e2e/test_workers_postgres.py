@@ -26,6 +26,8 @@ from tests.e2e.conftest import (
 )
 from tests.e2e.test_study_sim import FITS_SPACE, OOM_SPACE
 
+pytestmark = pytest.mark.postgres
+
 FAST = ["--time-scale", "50", "--max-requests", "8", "--concurrency", "4"]
 
 
