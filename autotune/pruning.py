@@ -6,11 +6,13 @@ budget (``replay.load_policy.Progress``); the study hands each report to
 
 ``BelowBestPruner`` prunes only when, after ``min_step`` percent of the replay,
 the trial's throughput so far is below ``1 - margin`` of the best measured
-feasible trial's: the lower of that trial's final value and its own throughput
-at the same step (a workload whose first requests prefill more than later ones
-ramps up alike in every trial). The margin is wide against 3% run-to-run noise
-and a partial window's own spread: a trial 10% behind the best is still
-measured, since the tuner learns from it and confirmation may crown it.
+feasible trial's: the lowest of that trial's final value and its own throughput
+over the last ``slack`` percent up to the same step. The throughput so far
+ramps up as the first requests complete, alike in every trial but not in step:
+a trial a few requests behind on a steep ramp is not hopeless. The margin is
+wide against 3% run-to-run noise and a partial window's own spread: a trial
+10% behind the best is still measured, since the tuner learns from it and
+confirmation may crown it.
 
 A pruned trial is Optuna's PRUNED with outcome ``pruned``; its replay, stats so
 far included, is stored, but it is not a measurement (``measured`` false): the
@@ -30,14 +32,21 @@ from autotune.trial_record import TrialRecord
 
 PRUNE_MARGIN = 0.2  # prune below 80% of the best
 PRUNE_MIN_STEP = 20  # never before 20% of the replay's budget
+PRUNE_SLACK = 10  # compare with the best's throughput up to 10% of the replay earlier
 
 
 class BelowBestPruner(optuna.pruners.BasePruner):
     """See the module docstring; maximize studies with one objective only."""
 
-    def __init__(self, margin: float = PRUNE_MARGIN, min_step: int = PRUNE_MIN_STEP) -> None:
+    def __init__(
+        self,
+        margin: float = PRUNE_MARGIN,
+        min_step: int = PRUNE_MIN_STEP,
+        slack: int = PRUNE_SLACK,
+    ) -> None:
         self.margin = margin
         self.min_step = min_step
+        self.slack = slack
 
     def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
         step = trial.last_step
@@ -46,10 +55,8 @@ class BelowBestPruner(optuna.pruners.BasePruner):
         best = best_measured(study)
         if best is None:
             return False
-        reference = best.value
-        earlier = [s for s in best.intermediate_values if s <= step]
-        if earlier:
-            reference = min(reference, best.intermediate_values[max(earlier)])
+        near = [v for s, v in best.intermediate_values.items() if step - self.slack <= s <= step]
+        reference = min([best.value, *near])
         return trial.intermediate_values[step] < (1.0 - self.margin) * reference
 
 

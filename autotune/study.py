@@ -525,7 +525,7 @@ class _TrialRunner:
             twin = self.tuner.twin(key, role, trial)
             if twin is not None:
                 return self._repeat(trial, twin)
-            result = self._run(trial, params, config)
+            result = self._run(trial, params, config, prunable=not is_baseline)
         except Exception as exc:
             # Our own failure, not the server's: FAIL with the reason; samplers forget it.
             error = f"{type(exc).__name__}: {exc}"[:2000]
@@ -564,7 +564,9 @@ class _TrialRunner:
             prescreen=self.spec.prescreen,
         )
 
-    def _run(self, trial: optuna.Trial, params: dict[str, Any], config: TrialConfig) -> TrialResult:
+    def _run(
+        self, trial: optuna.Trial, params: dict[str, Any], config: TrialConfig, *, prunable: bool
+    ) -> TrialResult:
         spec = self.spec
         violations = spec.space.rule_violations(params)
         if violations:
@@ -575,7 +577,8 @@ class _TrialRunner:
             )
         log_path = spec.runs_dir / _slug(spec.name) / f"trial-{trial.number:04d}" / "server.log"
         judge = None
-        if prunes(spec) and trial.user_attrs.get("confirms") is None:  # re-measures run out
+        # The baseline (the yardstick of every summary) and re-measurements run out.
+        if prunable and prunes(spec) and trial.user_attrs.get("confirms") is None:
             judge = PruneJudge(trial)
         if spec.measure is not None:
             result = spec.measure(spec, config, log_path, judge)
