@@ -73,15 +73,17 @@ def best_measured(study: optuna.Study) -> FrozenTrial | None:
 
 
 class PruneJudge:
-    """One trial's ``on_progress``: reports each step to Optuna, says when to stop."""
+    """One trial's ``on_progress``: reports each step to Optuna, says when to stop (never
+    with ``may_stop`` false: the baseline's steps are reported for later trials to meet)."""
 
-    def __init__(self, trial: optuna.Trial) -> None:
+    def __init__(self, trial: optuna.Trial, *, may_stop: bool = True) -> None:
         self.trial = trial
+        self.may_stop = may_stop
         self.pruned_at: Progress | None = None
 
     def __call__(self, progress: Progress) -> bool:
         self.trial.report(progress.output_tok_s, progress.step)
-        if self.trial.should_prune():
+        if self.may_stop and self.trial.should_prune():
             self.pruned_at = progress
             return True
         return False

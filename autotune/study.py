@@ -577,9 +577,10 @@ class _TrialRunner:
             )
         log_path = spec.runs_dir / _slug(spec.name) / f"trial-{trial.number:04d}" / "server.log"
         judge = None
-        # The baseline (the yardstick of every summary) and re-measurements run out.
-        if prunable and prunes(spec) and trial.user_attrs.get("confirms") is None:
-            judge = PruneJudge(trial)
+        # Re-measurements run out unjudged; the baseline (the yardstick of every summary)
+        # reports its steps but runs out too.
+        if prunes(spec) and trial.user_attrs.get("confirms") is None:
+            judge = PruneJudge(trial, may_stop=prunable)
         if spec.measure is not None:
             result = spec.measure(spec, config, log_path, judge)
         else:
