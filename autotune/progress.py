@@ -135,7 +135,7 @@ class PlainProgress:
     def on_phase(self, phase: str) -> None:
         if phase != self.phase:  # the launcher and the engine may both announce one
             self.phase = phase
-            self._line(f"trial {self.number}: {phase}")
+            self._line(phase if self.number is None else f"trial {self.number}: {phase}")
 
     def on_request_done(self, record: RequestRecord, done: int, total: int | None) -> None:
         return None  # one line per request would bury the trials
@@ -216,6 +216,8 @@ class RichProgress:
         self._refresh()
 
     def on_phase(self, phase: str) -> None:
+        if self.number is None:  # the study's own phases (warm start) stay on the screen
+            self.live.console.print(phase, highlight=False, markup=False)
         self.phase = phase
         self._refresh()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -37,6 +38,7 @@ from autotune.sim.prompt import PromptRenderer
 from autotune.space import SearchSpace, default_space_path, load_space
 from autotune.study import SAMPLERS, StudySpec, default_study_name
 from autotune.study_reader import default_artifact_dir
+from autotune.trial_length import size_replay
 from autotune.tuner.predictor import SimOracle
 from autotune.tuner.session import TunerSettings
 from autotune.workload import load_plan
@@ -196,6 +198,18 @@ def prepare_study(options: RunOptions, *, say: Callable[[str], None] | None = No
             say("note: no memory pre-screen with --gpus-per-trial above 1 (it models one GPU)")
             prescreen = oracle = None
         gpu = options.hardware or engine.hardware().gpu_name.replace(" ", "-").lower()
+    load, length_line = size_replay(
+        options.load,
+        plan,
+        space=space,
+        model=options.model,
+        engine_version=engine.version() if options.engine == "sim" else None,
+        oracle=oracle,
+    )
+    if length_line:
+        say(length_line)
+    if oracle is not None:
+        oracle = dataclasses.replace(oracle, load=load)
     name = options.study or default_study_name(
         options.model, gpu, plan.name, [o.value for o in goal.objectives]
     )
@@ -211,7 +225,7 @@ def prepare_study(options: RunOptions, *, say: Callable[[str], None] | None = No
         plan=plan,
         token_note=token_note,
         workload_path=options.workload,
-        load=options.load,
+        load=load,
         n_trials=options.trials,
         timeout_s=options.timeout_s,
         trial_timeout_s=options.trial_timeout_s,

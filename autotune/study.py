@@ -343,7 +343,7 @@ def run_study(spec: StudySpec, *, observer: StudyObserver | None = None) -> optu
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     storage = open_storage(spec.storage_url, heartbeat_interval_s=spec.heartbeat_interval_s)
     engine_version = spec.engine.version()
-    tuner = make_tuner(spec, engine_version)
+    tuner = make_tuner(spec, engine_version, say=observer.on_phase if observer else None)
     if observer is not None and tuner.describe():
         observer.on_phase(tuner.describe() or "")
     study = create_or_resume(spec, storage, engine_version, tuner)
@@ -465,7 +465,9 @@ def _stop_at_budget(n_trials: int) -> Callable[[optuna.Study, FrozenTrial], None
     return stop
 
 
-def make_tuner(spec: StudySpec, engine_version: str) -> Tuner:
+def make_tuner(
+    spec: StudySpec, engine_version: str, *, say: Callable[[str], None] | None = None
+) -> Tuner:
     """The tuner of this run; it predicts the whole space when the sampler is guided."""
     return Tuner(
         spec.tuner,
@@ -479,6 +481,7 @@ def make_tuner(spec: StudySpec, engine_version: str) -> Tuner:
         n_trials=spec.n_trials,
         seed=spec.seed,
         cache=spec.prediction_cache,
+        say=say,
     )
 
 

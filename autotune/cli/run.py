@@ -118,6 +118,13 @@ def run(
     warm_start: Annotated[
         int, typer.Option("--warm-start", help="Predicted-best configs tried first (0: off).")
     ] = 4,
+    warm_start_budget: Annotated[
+        str,
+        typer.Option(
+            "--warm-start-budget",
+            help="Wall time for predicting the space before the first trial (guided).",
+        ),
+    ] = "5m",
     learn: Annotated[
         bool,
         typer.Option("--learn/--no-learn", help="Learn where the simulator is wrong (guided)."),
@@ -243,6 +250,7 @@ def run(
             dedup=dedup,
             recheck=recheck,
             prune=prune,
+            warm_start_budget_s=parse_duration(warm_start_budget, option="--warm-start-budget"),
         ),
         gpus_per_trial=gpus_per_trial,
     )
@@ -314,6 +322,13 @@ def run_with_output(
             run_study(spec, observer=observer)
     except KeyboardInterrupt:
         kill_all_servers()
+        started = _started_trials(spec)
+        if not started:
+            output.say(
+                "[yellow]Interrupted[/yellow] before the first trial: nothing was measured; "
+                "run the same command again to start."
+            )
+            sys.exit(130)
         output.say(
             "[yellow]Interrupted[/yellow]: the running trial is recorded as interrupted; "
             "run the same command again to resume."
@@ -332,6 +347,14 @@ def run_with_output(
     if errors and not any(row.state == "COMPLETE" for row in loaded.trials):
         error_console().print(f"[red]error:[/red] every trial failed inside autotune: {errors[0]}")
         sys.exit(1)
+
+
+def _started_trials(spec: StudySpec) -> int:
+    """Trials of the study that were launched (0 when it does not exist yet)."""
+    if completed_trials(spec) is None:
+        return 0
+    study = load_study(spec.storage_url, spec.name)
+    return sum(1 for row in study.trials if row.state != "WAITING")
 
 
 def _raise_keyboard_interrupt(signum: int, frame: object) -> None:

@@ -14,6 +14,7 @@ from autotune.workload.expand import load_plan
 from autotune.workload.gen import ChatParams, ClaudeCodeParams, chat, claudecode, fixed
 from autotune.workload.hf_tokenizer import load_tokenizer
 from autotune.workload.importers import import_workload
+from autotune.workload.importers.detect import detect_source
 from autotune.workload.io import Workload, read_workload, write_workload
 from autotune.workload.plan import Endpoint
 from autotune.workload.slice import slice_workload
@@ -128,9 +129,11 @@ def gen_fixed(
 
 
 ImportFrom = Annotated[
-    str,
+    str | None,
     typer.Option(
-        "--from", help="weka | mooncake | sharegpt | openai-log | anthropic-log", show_default=False
+        "--from",
+        help="weka | mooncake | sharegpt | openai-log | anthropic-log (default: from the file)",
+        show_default=False,
     ),
 ]
 
@@ -140,10 +143,17 @@ ImportFrom = Annotated[
 def import_(
     source: Annotated[Path, typer.Argument(help="Trace file (or a directory of Weka traces).")],
     out: OutArg,
-    from_: ImportFrom,
+    from_: ImportFrom = None,
     endpoint: EndpointOption = "openai.chat",
 ) -> None:
     """Convert a foreign trace or request log to a workload file; report what was dropped."""
+    if from_ is None:
+        if not source.exists():
+            raise InputError(f"{source}: no such file or directory")
+        from_ = detect_source(source)
+        console().print(
+            f"read {source} as {from_} (--from to override)", highlight=False, soft_wrap=True
+        )
     workload, report = import_workload(from_, source, endpoint=_endpoint(endpoint))
     for line in report.lines():
         console().print(line, highlight=False, soft_wrap=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +21,7 @@ from autotune.objective import Score
 from autotune.space import SearchSpace
 from autotune.trial import Prescreen
 from autotune.tuner.lattice import Candidate, enumerate_effective
-from autotune.tuner.predictor import SimOracle, predict_all
+from autotune.tuner.predictor import SimOracle, predict_iter
 
 MIN_SEED_DISTANCE = 0.25  # warm-start seeds differ by at least this (one categorical = 1)
 # Two configs predicted within this (log) of each other and closer than EQUIVALENT_DISTANCE
@@ -127,8 +127,11 @@ def build_guide(
     oracle: SimOracle,
     maximize: bool,
     cache: PredictionCache | None = None,
+    budget_s: float | None = None,
+    say: Callable[[str], None] | None = None,
 ) -> Guide:
-    """Enumerate, pre-screen and predict the whole lattice (see the module docstring)."""
+    """Enumerate, pre-screen and predict the lattice (see the module docstring); ``say``
+    hears the phase, and predicting stops after ``budget_s`` seconds with what it has."""
     started = time.monotonic()
     memo_key = (space.digest(), model, engine_version, id(prescreen))
     if memo_key not in _ENUMERATIONS:
@@ -142,13 +145,25 @@ def build_guide(
     candidates = _ENUMERATIONS[memo_key]
     cache = {} if cache is None else cache
     missing = [c for c in candidates if c.key not in cache]
-    for candidate, scored in zip(
-        missing, predict_all(oracle, [c.config for c in missing]), strict=True
-    ):
-        cache[candidate.key] = scored
+    say = say or (lambda _: None)
+    if missing:
+        say(f"Warm start: predicting {len(missing):,} configs on the simulator ...")
+    stopped = _predict_within(oracle, missing, cache, budget_s, started)
+    if missing:
+        done = len(missing) - stopped
+        say(
+            f"Warm start: predicted {done:,} of {len(missing):,} configs in "
+            f"{time.monotonic() - started:.0f} s"
+            + (
+                f"; stopped at the {budget_s:.0f}-s budget, the other {stopped:,} are left "
+                "to the search"
+                if stopped
+                else ""
+            )
+        )
     utility = np.full(len(candidates), np.nan)
     for index, candidate in enumerate(candidates):
-        scored = cache[candidate.key]
+        scored = cache.get(candidate.key)
         if scored is not None and scored.feasible and scored.values:
             utility[index] = utility_of(scored.values[0], maximize)
     encode = make_encoder(space, engine_version)
@@ -160,3 +175,25 @@ def build_guide(
         encode=encode,
         seconds=time.monotonic() - started,
     )
+
+
+def _predict_within(
+    oracle: SimOracle,
+    missing: list[Candidate],
+    cache: PredictionCache,
+    budget_s: float | None,
+    started: float,
+) -> int:
+    """Predict ``missing`` into ``cache``, in a spread order so that a stop at the budget
+    leaves a sample of the whole space; returns how many were left unpredicted."""
+    order = np.random.default_rng(0).permutation(len(missing)) if budget_s else range(len(missing))
+    queue = [missing[i] for i in order]
+    results = predict_iter(oracle, [c.config for c in queue])
+    try:
+        for done, (candidate, scored) in enumerate(zip(queue, results, strict=False)):
+            cache[candidate.key] = scored
+            if budget_s is not None and time.monotonic() - started > budget_s:
+                return len(queue) - done - 1
+    finally:
+        results.close()
+    return 0

@@ -12,7 +12,8 @@ import contextlib
 import io
 import multiprocessing
 import os
-from collections.abc import Callable, Sequence
+import signal
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
@@ -95,6 +96,9 @@ def _init_worker(oracle: SimOracle, die_with_parent: Callable[[], None] | None) 
     _WORKER_ORACLE = oracle
     if die_with_parent is not None:  # a kill -9 of autotune leaves no predicting worker
         die_with_parent()
+    # Ctrl-C and SIGTERM are the parent's to handle: no traceback from every worker.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _score_in_worker(config: TrialConfig) -> Score | None:
@@ -106,15 +110,29 @@ def predict_all(
     oracle: SimOracle, configs: Sequence[TrialConfig], *, workers: int | None = None
 ) -> list[Score | None]:
     """``oracle.score`` of every config, in order; forked worker processes when many."""
+    return list(predict_iter(oracle, configs, workers=workers))
+
+
+def predict_iter(
+    oracle: SimOracle, configs: Sequence[TrialConfig], *, workers: int | None = None
+) -> Iterator[Score | None]:
+    """``predict_all`` one result at a time: a consumer that stops early (a time budget,
+    an interrupt) leaves the configs not yet started unpredicted."""
     workers = workers or min(MAX_WORKERS, os.cpu_count() or 1)
     if len(configs) < PARALLEL_ABOVE or workers < 2:
-        return [oracle.score(config) for config in configs]
+        for config in configs:
+            yield oracle.score(config)
+        return
     context = multiprocessing.get_context("fork")
-    chunk = max(1, len(configs) // (workers * 8))
-    with ProcessPoolExecutor(
+    pool = ProcessPoolExecutor(
         max_workers=workers,
         mp_context=context,
         initializer=_init_worker,
         initargs=(oracle, child_preexec()),
-    ) as pool:
-        return list(pool.map(_score_in_worker, configs, chunksize=chunk))
+    )
+    try:
+        futures = [pool.submit(_score_in_worker, config) for config in configs]
+        for future in futures:
+            yield future.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)

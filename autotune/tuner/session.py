@@ -47,6 +47,7 @@ class TunerSettings:
     dedup: bool = True  # never launch a measured effective config again
     recheck: bool = False  # re-measure a new leader measured once, at once (bench: off wins)
     prune: bool = DEFAULT_PRUNE  # stop a trial whose throughput so far is far below the best's
+    warm_start_budget_s: float | None = 300.0  # wall time for predicting the space (None: all)
 
 
 class Tuner:
@@ -66,6 +67,7 @@ class Tuner:
         n_trials: int | None = None,
         seed: int | None = None,
         cache: PredictionCache | None = None,
+        say: Callable[[str], None] | None = None,
     ) -> None:
         self.settings = settings
         self.maximize = maximize
@@ -88,6 +90,8 @@ class Tuner:
                 oracle=oracle,
                 maximize=maximize,
                 cache=cache,
+                budget_s=settings.warm_start_budget_s,
+                say=say,
             )
             self.sampler = GuidedSampler(
                 self.guide,
