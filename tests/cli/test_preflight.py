@@ -58,7 +58,9 @@ def test_generated_claude_code_sessions_tune_to_a_feasible_best(
     """Before: max-model-len 65536 refused 27 of 174 requests; every trial broke the
     error-rate limit and the run ended "No feasible configuration yet"."""
     result = autotune(
-        tmp_path, *sim_run(claude_code, "--trials", "2", "--time-scale", "100"), timeout=280
+        tmp_path,
+        *sim_run(claude_code, "--trials", "2", "--time-scale", "100", "--warm-start-budget", "60s"),
+        timeout=280,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     out = " ".join(result.stdout.split())
