@@ -16,6 +16,7 @@ import optuna
 import pytest
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.trial_record import TrialRecord
 from tests.e2e.conftest import (
     REPO,
     SAMPLE_WORKLOAD,
@@ -78,10 +79,12 @@ def test_a_hopeless_config_is_pruned_its_replay_stopped_and_its_server_gone(
     trials = trials_by_seqs(db)
     bad, best = trials[1], trials[16]
     assert bad.state == TrialState.PRUNED
-    assert bad.user_attrs["outcome"] == "pruned" and bad.user_attrs["measured"] is False
-    replay = bad.user_attrs["replay"]
-    assert replay["stopped_early"].startswith("pruned at ")
-    assert replay["completed"] < REQUESTS / 2
+    assert TrialRecord.read(bad.user_attrs).outcome == "pruned"
+    assert not TrialRecord.read(bad.user_attrs).measured
+    replay = TrialRecord.read(bad.user_attrs).replay
+    assert replay is not None and replay.stopped_early is not None
+    assert replay.stopped_early.startswith("pruned at ")
+    assert replay.completed < REQUESTS / 2
     step = max(bad.intermediate_values)
     assert 20 <= step < 50
     assert bad.intermediate_values[step] < 0.8 * best.values[0]
@@ -102,9 +105,10 @@ def test_a_config_close_to_the_best_is_not_pruned(
     db, text, _ = pruned_run
     trials = trials_by_seqs(db)
     close = trials[12]
-    assert close.state == TrialState.COMPLETE and close.user_attrs["outcome"] == "ok"
-    assert close.user_attrs["replay"]["stopped_early"] is None
-    assert close.user_attrs["replay"]["completed"] == REQUESTS
+    assert close.state == TrialState.COMPLETE
+    stored = TrialRecord.read(close.user_attrs)
+    assert stored.outcome == "ok" and stored.replay is not None
+    assert stored.replay.stopped_early is None and stored.replay.completed == REQUESTS
     assert max(close.intermediate_values) == 95  # every step was reported and judged
     assert "Best: trial 0" in text or "Best: trial 2" in text
 
@@ -118,6 +122,8 @@ def test_no_prune_runs_the_hopeless_config_to_the_end(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     bad = trials_by_seqs(db)[1]
-    assert bad.state == TrialState.COMPLETE and bad.user_attrs["outcome"] == "ok"
-    assert bad.user_attrs["replay"]["completed"] == REQUESTS
+    assert bad.state == TrialState.COMPLETE
+    stored = TrialRecord.read(bad.user_attrs)
+    assert stored.outcome == "ok" and stored.replay is not None
+    assert stored.replay.completed == REQUESTS
     assert bad.intermediate_values == {}

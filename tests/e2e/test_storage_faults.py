@@ -18,6 +18,7 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune.study_reader import load_study
+from autotune.trial_record import TrialRecord
 from tests.e2e.conftest import REPO, SAMPLE_WORKLOAD, autotune_argv, processes_in
 
 FITS_SPACE = REPO / "tests" / "e2e" / "data" / "fits.yaml"
@@ -128,7 +129,7 @@ def test_a_full_disk_mid_study_is_one_line_and_the_stored_trials_survive(tmp_pat
         assert processes_in(tmp_path) == []
         study = optuna.load_study(study_name="s", storage=f"sqlite:///{db}")
         stored = study.get_trials(states=(TrialState.COMPLETE,))
-        assert stored and all(t.user_attrs.get("outcome") for t in stored)
+        assert stored and all(TrialRecord.read(t.user_attrs).outcome for t in stored)
         subprocess.run(["mount", "-o", "remount,size=4m", str(disk)], check=True)
         assert run(db, len(stored) + 1, tmp_path).returncode == 0  # room again: it resumes
         loaded = load_study(f"sqlite:///{db}", "s")

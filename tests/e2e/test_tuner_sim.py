@@ -16,6 +16,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from autotune.trial_record import TrialRecord
+from autotune.tuner.record import TunerStudyRecord
 from tests.e2e.conftest import (
     REPO,
     SAMPLE_WORKLOAD,
@@ -46,37 +48,42 @@ def run(tmp_path: Path, space: Path, *extra: str) -> tuple[subprocess.CompletedP
     return result, study
 
 
+def record(trial: optuna.trial.FrozenTrial) -> TrialRecord:
+    return TrialRecord.read(trial.user_attrs)
+
+
 def launch_key(trial: optuna.trial.FrozenTrial) -> str:
-    return json.dumps(trial.user_attrs["config"]["flags"], sort_keys=True)
+    return json.dumps(record(trial).config.flags, sort_keys=True)
 
 
 @pytest.mark.timeout(420)
 def test_guided_run_seeds_from_predictions_never_relaunches_and_confirms(tmp_path: Path) -> None:
     result, study = run(tmp_path, SMALL, "--trials", "6", "--warm-start", "3", "--confirm", "2")
     trials = study.get_trials(states=(TrialState.COMPLETE,))
-    assert trials[0].user_attrs["is_baseline"]
-    seeds = [t for t in trials if t.user_attrs.get("warm_start")]
-    assert [t.user_attrs["warm_start"] for t in seeds] == [1, 2, 3]
+    assert record(trials[0]).is_baseline
+    seeds = [t for t in trials if record(t).warm_start]
+    assert [record(t).warm_start for t in seeds] == [1, 2, 3]
     assert [t.number for t in seeds] == [1, 2, 3]  # right after the baseline
     assert len({launch_key(t) for t in seeds}) == 3
     # Every launch outside confirmation is a config not launched before.
-    launched = [t for t in trials if t.user_attrs.get("measured")]
-    searched = [t for t in launched if t.user_attrs.get("confirms") is None]
+    launched = [t for t in trials if record(t).measured]
+    searched = [t for t in launched if record(t).confirms is None]
     assert len({launch_key(t) for t in searched}) == len(searched)
     # Two confirmation launches re-measure earlier configs; the crown cites its measurements.
-    confirms = [t for t in trials if t.user_attrs.get("confirms") is not None]
+    confirms = [t for t in trials if record(t).confirms is not None]
     assert len(confirms) == 2
     for trial in confirms:
-        original = study.trials[trial.user_attrs["confirms"]]
+        original = study.trials[record(trial).confirms]
         assert launch_key(trial) == launch_key(original)
     logs = trial_logs(tmp_path / "studies" / "runs")
     assert all(t.number in logs for t in confirms)  # really launched
-    winner = study.user_attrs["winner"]
-    assert winner["trial"] in [t.number for t in searched]
-    warm = study.user_attrs["warm_start"]
-    assert warm["effective_configs"] == 30 and warm["seeds"] == 3  # 36 points, 30 fit
+    tuner = TunerStudyRecord.read(study.user_attrs)
+    winner, warm = tuner.winner, tuner.warm_start
+    assert winner is not None and warm is not None
+    assert winner.trial in [t.number for t in searched]
+    assert warm.effective_configs == 30 and warm.seeds == 3  # 36 points, 30 fit
     assert "warm start: 30 effective configs fit" in result.stdout
-    assert "measured 2 times" in result.stdout or winner["measurements"] == 1
+    assert "measured 2 times" in result.stdout or winner.measurements == 1
 
 
 @pytest.mark.timeout(420)
@@ -85,14 +92,14 @@ def test_a_repeated_effective_config_is_answered_without_a_launch(tmp_path: Path
     # eight trials must repeat, and a repeat launches nothing.
     _, study = run(tmp_path, DEDUP, "--trials", "8", "--sampler", "random", "--confirm", "0")
     trials = study.get_trials(states=(TrialState.COMPLETE,))
-    duplicates = [t for t in trials if t.user_attrs.get("outcome") == "duplicate"]
+    duplicates = [t for t in trials if record(t).outcome == "duplicate"]
     assert duplicates
     logs = trial_logs(tmp_path / "studies" / "runs")
     assert not any(t.number in logs for t in duplicates)
     launched = [t for t in trials if t.number in logs]
     assert len({launch_key(t) for t in launched}) == len(launched)
     for trial in duplicates:
-        original = study.trials[trial.user_attrs["duplicate_of"]]
+        original = study.trials[record(trial).duplicate_of]
         assert trial.value == original.value
 
 
@@ -105,7 +112,7 @@ def no_waiting(study: optuna.Study) -> None:
 def test_trials_is_the_whole_budget_with_seeds_and_confirmations_inside(tmp_path: Path) -> None:
     # Defaults (warm start 4, confirm 3): --trials 1 runs the baseline alone.
     result, study = run(tmp_path, SMALL, "--trials", "1")
-    assert len(study.trials) == 1 and study.trials[0].user_attrs["is_baseline"]
+    assert len(study.trials) == 1 and record(study.trials[0]).is_baseline
     assert "[1/1]" in result.stdout and "[2/1]" not in result.stdout
     no_waiting(study)
     # Resumed to 7: baseline, 3 seeds, 3 re-measurements; nothing left enqueued.
@@ -114,7 +121,7 @@ def test_trials_is_the_whole_budget_with_seeds_and_confirmations_inside(tmp_path
     assert all(t.state == TrialState.COMPLETE for t in study.trials)
     assert "[8/7]" not in result.stdout
     no_waiting(study)
-    roles = [(t.user_attrs.get("warm_start"), t.user_attrs.get("confirms")) for t in study.trials]
+    roles = [(record(t).warm_start, record(t).confirms) for t in study.trials]
     assert [rank for rank, _ in roles[1:4]] == [1, 2, 3]
     assert all(confirms is not None for _, confirms in roles[4:])
 
@@ -144,4 +151,4 @@ def test_a_killed_study_resumes_to_exactly_its_budget(tmp_path: Path, spawn) -> 
     assert len(study.get_trials(states=(TrialState.COMPLETE,))) == 6
     no_waiting(study)
     assert len(study.get_trials(states=(TrialState.FAIL,))) == 1  # the killed trial
-    assert "winner" in study.user_attrs
+    assert TunerStudyRecord.read(study.user_attrs).winner is not None
