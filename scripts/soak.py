@@ -1,14 +1,17 @@
 """Soak: many simulated trials back to back, a share of them faulted; is anything lost or leaking?
 
-    python scripts/soak.py [--trials 200 | --quick] [--fault-rate 0.1] [--json]
+    python scripts/soak.py [--trials 200 | --quick] [--workers 3] [--fault-rate 0.1] [--json]
 
-One real `autotune run` on the simulator, every trial a real server process. A
+One real `autotune run` on the simulator, every trial a real server process; with
+``--workers N`` it is one study on a scratch PostgreSQL server the script starts
+(tests/e2e/postgres.py), run by `autotune run --gpus 0,..,N-1`. A
 fault schedule (AUTOTUNE_SIM_FAULT_SCHEDULE, docs/sim-server.md) gives ~fault-rate
 of the launches a fault drawn in turn from FAULTS. While it runs, the tuner's
 resident memory and open file descriptors are read from /proc after each finished
-trial. Reported: trials completed and classified, lost (asked for but not COMPLETE
-with an outcome; goal 0), orphans (processes left in the run's directory; goal 0),
-RSS and fd growth from the first tenth of the run to the last (goal: flat).
+trial, for the tuner and each worker it starts. Reported: trials completed and
+classified, lost (asked for or stored but not COMPLETE with an outcome; goal 0),
+orphans (processes left in the run's directory; goal 0), RSS and fd growth from the
+first tenth of the run to the last (goal: flat; the JSON gives the worst process).
 """
 
 from __future__ import annotations
@@ -23,12 +26,18 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import optuna
 from optuna.trial import TrialState
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from autotune.study import storage_url  # noqa: E402
+from tests.e2e.postgres import create_database, postgres_server  # noqa: E402
+
 WORKLOAD = REPO / "workloads" / "sample-claudecode.jsonl"
 FAULTS = (  # one launch's flags; each leaves a different trace in the study
     "--fault-crash-after-requests 3",
@@ -96,26 +105,54 @@ def processes_in(cwd: Path) -> list[int]:
     return found
 
 
-def soak(trials: int, fault_rate: float, seed: int, workdir: Path) -> dict:
+def children(pid: int) -> list[int]:
+    """The direct children of ``pid`` (the workers `run --gpus` starts)."""
+    try:
+        tasks = Path(f"/proc/{pid}/task").iterdir()
+        return [int(c) for task in tasks for c in (task / "children").read_text().split()]
+    except OSError:
+        return []
+
+
+def growth(samples: dict[int, tuple[float, int]], last: int) -> tuple[float, int]:
+    """(RSS MB, fds): the median of the last tenth up to ``last`` minus that of the first."""
+    rows = [(n, rss, fds) for n, (rss, fds) in sorted(samples.items())]
+    tenth = max(2, last // 10)
+    early = [r for r in rows if r[0] <= tenth] or rows[:1]
+    late = [r for r in rows if r[0] > last - tenth] or rows[-1:]
+
+    def median(part: list[tuple[int, float, int]], index: int) -> float:
+        return statistics.median(row[index] for row in part) if part else 0.0
+
+    return round(median(late, 1) - median(early, 1), 1), round(median(late, 2) - median(early, 2))
+
+
+def soak(
+    trials: int, fault_rate: float, seed: int, workdir: Path, storage: str, workers: int
+) -> dict:
     lines, faulted = schedule(trials, fault_rate, seed)
     (workdir / "faults.txt").write_text("\n".join(lines) + "\n")
     (workdir / "space.yaml").write_text(SPACE)
-    db = workdir / "soak.db"
+    gpus = ["--gpus", ",".join(map(str, range(workers)))] if workers > 1 else []
     argv = [
         sys.executable, "-m", "autotune", "run",
         "--workload", str(WORKLOAD), "--engine", "sim", "--hardware", "rtx4080s-32g",
         "--model", "qwen3.6-27b-awq", "--space", str(workdir / "space.yaml"),
-        "--storage", f"sqlite:///{db}", "--study", "soak",
+        "--storage", storage, "--study", "soak",
         "--sampler", "random", "--no-dedup", "--warm-start", "0", "--confirm", "0",
         "--seed", str(seed), "--time-scale", "100", "--max-requests", "8",
         "--concurrency", "4", "--startup-timeout", "15s", "--trial-timeout", "30s",
-        "--trials", str(trials),
+        "--trials", str(trials), *gpus,
     ]  # fmt: skip
     env = {**os.environ, "AUTOTUNE_SIM_FAULT_SCHEDULE": str(workdir / "faults.txt")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    # Per count of finished trials: the last RSS and the fewest fds seen (between two
-    # trials no server or client socket is open, so the minimum is the steady state).
-    by_trial: dict[int, tuple[float, int]] = {}
+    # Per process, per count of finished trials: the last RSS and the fewest fds seen
+    # (between two trials no server or client socket is open: the minimum is the steady
+    # state). Workers are named by start order; with one worker only the tuner is read.
+    # Sampling stops at the last `workers` trials: from there on workers stand down.
+    last = trials - workers
+    by_process: dict[str, dict[int, tuple[float, int]]] = {}
+    worker_pids: list[int] = []
     started = time.monotonic()
     out_path = workdir / "autotune.out"
     with out_path.open("w") as out:
@@ -123,39 +160,46 @@ def soak(trials: int, fault_rate: float, seed: int, workdir: Path) -> dict:
         while process.poll() is None:
             time.sleep(0.25)
             finished = len(FINISHED.findall(out_path.read_text(errors="replace")))
-            sample = proc_sample(process.pid)
-            if sample is not None and finished > 0:
-                fds = min(sample[1], by_trial.get(finished, sample)[1])
-                by_trial[finished] = (sample[0], fds)
-    samples = [(n, rss, fds) for n, (rss, fds) in sorted(by_trial.items())]
+            if workers > 1:
+                worker_pids += [p for p in children(process.pid) if p not in worker_pids]
+            named = [("tuner", process.pid)]
+            named += [(f"worker {i}", pid) for i, pid in enumerate(worker_pids)]
+            for name, pid in named:
+                sample = proc_sample(pid)
+                if sample is not None and 0 < finished <= last:
+                    samples = by_process.setdefault(name, {})
+                    fds = min(sample[1], samples.get(finished, sample)[1])
+                    samples[finished] = (sample[0], fds)
     wall_s = time.monotonic() - started
     time.sleep(1.0)  # let the watchdogs finish standing down
     orphans = processes_in(workdir)
 
-    study = optuna.load_study(study_name="soak", storage=f"sqlite:///{db}")
+    study = optuna.load_study(study_name="soak", storage=storage_url(storage))
+    stored = study.get_trials()
     complete = study.get_trials(states=(TrialState.COMPLETE,))
     classified = [t for t in complete if t.user_attrs.get("outcome")]
     outcomes: dict[str, int] = {}
     for t in classified:
         outcomes[t.user_attrs["outcome"]] = outcomes.get(t.user_attrs["outcome"], 0) + 1
-    early = [s for s in samples if s[0] <= max(2, trials // 10)] or samples[:1]
-    late = [s for s in samples if s[0] > trials - max(2, trials // 10)] or samples[-1:]
-
-    def median(rows: list[tuple[int, float, int]], index: int) -> float:
-        return statistics.median(row[index] for row in rows) if rows else 0.0
-
+    growths = {name: growth(samples, last) for name, samples in by_process.items()}
+    tuner = by_process.get("tuner", {})
     return {
         "trials": trials,
+        "workers": workers,
+        "stored": len(stored),
         "completed": len(complete),
         "classified": len(classified),
-        "lost": trials - len(classified),
+        # Several workers may together run a few more than asked (one ask per worker
+        # in flight); a shortfall and a stored trial without an outcome both count.
+        "lost": len(stored) - len(classified) + max(0, trials - len(stored)),
         "left_running": len(study.get_trials(states=(TrialState.RUNNING, TrialState.WAITING))),
         "faulted": faulted,
         "orphans": len(orphans),
-        "rss_growth_mb": round(median(late, 1) - median(early, 1), 1),
-        "fd_growth": round(median(late, 2) - median(early, 2)),
-        "rss_mb": [round(s[1], 1) for s in samples],
-        "fds": [s[2] for s in samples],
+        "rss_growth_mb": max((g[0] for g in growths.values()), default=0.0),
+        "fd_growth": max((g[1] for g in growths.values()), default=0),
+        "growth_by_process": growths,
+        "rss_mb": [round(rss, 1) for _, (rss, _) in sorted(tuner.items())],
+        "fds": [fds for _, (_, fds) in sorted(tuner.items())],
         "outcomes": outcomes,
         "exit_code": process.returncode,
         "wall_s": round(wall_s, 1),
@@ -167,25 +211,37 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--quick", action="store_true", help="40 trials")
     parser.add_argument("--fault-rate", type=float, default=0.1)
+    parser.add_argument(
+        "--workers", type=int, default=1, help="N > 1: N workers on a scratch PostgreSQL"
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
     trials = 40 if args.quick else args.trials
-    with tempfile.TemporaryDirectory(prefix="autotune-soak-") as tmp:
-        result = soak(trials, args.fault_rate, args.seed, Path(tmp).resolve())
+    with ExitStack() as stack:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="autotune-soak-")))
+        workdir = workdir.resolve()
+        if args.workers > 1:
+            storage = create_database(stack.enter_context(postgres_server()))
+        else:
+            storage = f"sqlite:///{workdir / 'soak.db'}"
+        result = soak(trials, args.fault_rate, args.seed, workdir, storage, args.workers)
     if args.json:
         keys = ("trials", "lost", "orphans", "rss_growth_mb", "fd_growth")
         print(json.dumps({key: result[key] for key in keys}))
         return 0 if result["lost"] == 0 and result["orphans"] == 0 else 1
     tenth = max(1, len(result["rss_mb"]) // 10)
-    print(f"soak: {trials} trials, {result['faulted']} faulted, {result['wall_s']:.0f} s")
+    where = f"{args.workers} workers, PostgreSQL" if args.workers > 1 else "1 worker, SQLite"
+    print(f"soak ({where}): {trials} trials, {result['faulted']} faulted, {result['wall_s']:.0f} s")
     print("| | value | goal |\n| --- | --- | --- |")
     for key, goal in (
-        ("completed", trials), ("classified", trials), ("lost", 0), ("left_running", 0),
-        ("orphans", 0), ("rss_growth_mb", "~0"), ("fd_growth", 0),
+        ("stored", trials), ("completed", trials), ("classified", trials), ("lost", 0),
+        ("left_running", 0), ("orphans", 0), ("rss_growth_mb", "~0"), ("fd_growth", 0),
     ):  # fmt: skip
         print(f"| {key} | {result[key]} | {goal} |")
     print(f"outcomes: {result['outcomes']}")
+    for name, (rss, fds) in result["growth_by_process"].items():
+        print(f"{name}: RSS growth {rss:+.1f} MB, fd growth {fds:+d}")
     print(f"tuner RSS MB, every {tenth} trials: {result['rss_mb'][::tenth]}")
     print(f"tuner open fds, every {tenth} trials: {result['fds'][::tenth]}")
     print(f"autotune exit code: {result['exit_code']}")
