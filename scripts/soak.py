@@ -105,18 +105,24 @@ def processes_in(cwd: Path) -> list[int]:
     return found
 
 
-def children(pid: int) -> list[int]:
-    """The direct children of ``pid`` (the workers `run --gpus` starts)."""
+def workers_of(pid: int) -> dict[str, int]:
+    """The `autotune worker` children of ``pid`` (`run --gpus`), by their GPU group."""
+    found = {}
     try:
-        tasks = Path(f"/proc/{pid}/task").iterdir()
-        return [int(c) for task in tasks for c in (task / "children").read_text().split()]
-    except OSError:
-        return []
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        for child in (c for task in tasks for c in (task / "children").read_text().split()):
+            argv = Path(f"/proc/{child}/cmdline").read_text().split("\0")
+            if "worker" in argv and "--gpus" in argv:
+                found[argv[argv.index("--gpus") + 1]] = int(child)
+    except (OSError, IndexError):
+        pass
+    return found
 
 
-def growth(samples: dict[int, tuple[float, int]], last: int) -> tuple[float, int]:
-    """(RSS MB, fds): the median of the last tenth up to ``last`` minus that of the first."""
+def growth(samples: dict[int, tuple[float, int]]) -> dict[str, float]:
+    """RSS MB and fds: the medians of the first tenth of the samples and of the last."""
     rows = [(n, rss, fds) for n, (rss, fds) in sorted(samples.items())]
+    last = rows[-1][0] if rows else 0
     tenth = max(2, last // 10)
     early = [r for r in rows if r[0] <= tenth] or rows[:1]
     late = [r for r in rows if r[0] > last - tenth] or rows[-1:]
@@ -124,7 +130,12 @@ def growth(samples: dict[int, tuple[float, int]], last: int) -> tuple[float, int
     def median(part: list[tuple[int, float, int]], index: int) -> float:
         return statistics.median(row[index] for row in part) if part else 0.0
 
-    return round(median(late, 1) - median(early, 1), 1), round(median(late, 2) - median(early, 2))
+    return {
+        "rss_mb": round(median(early, 1), 1),
+        "rss_growth_mb": round(median(late, 1) - median(early, 1), 1),
+        "fds": median(early, 2),
+        "fd_growth": round(median(late, 2) - median(early, 2)),
+    }
 
 
 def soak(
@@ -146,30 +157,34 @@ def soak(
     ]  # fmt: skip
     env = {**os.environ, "AUTOTUNE_SIM_FAULT_SCHEDULE": str(workdir / "faults.txt")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    # Per process, per count of finished trials: the last RSS and the fewest fds seen
-    # (between two trials no server or client socket is open: the minimum is the steady
-    # state). Workers are named by start order; with one worker only the tuner is read.
-    # Sampling stops at the last `workers` trials: from there on workers stand down.
+    # Per process, per count of the trials it has finished: the last RSS and the fewest
+    # fds seen (between two trials no server or client socket is open: the minimum is
+    # the steady state). The tuner counts every trial; a worker those on its lines
+    # ("[gpus G] "). Sampling stops at the last `workers` trials: workers stand down.
     last = trials - workers
     by_process: dict[str, dict[int, tuple[float, int]]] = {}
-    worker_pids: list[int] = []
+    worker_pids: dict[str, int] = {}
     started = time.monotonic()
     out_path = workdir / "autotune.out"
     with out_path.open("w") as out:
         process = subprocess.Popen(argv, cwd=workdir, stdout=out, stderr=subprocess.STDOUT, env=env)
         while process.poll() is None:
             time.sleep(0.25)
-            finished = len(FINISHED.findall(out_path.read_text(errors="replace")))
+            lines = out_path.read_text(errors="replace").splitlines()
+            finished = sum(1 for line in lines if FINISHED.search(line))
             if workers > 1:
-                worker_pids += [p for p in children(process.pid) if p not in worker_pids]
-            named = [("tuner", process.pid)]
-            named += [(f"worker {i}", pid) for i, pid in enumerate(worker_pids)]
-            for name, pid in named:
+                worker_pids = {**workers_of(process.pid), **worker_pids}
+            named = [("tuner", process.pid, "")]
+            named += [
+                (f"worker gpus {g}", pid, f"[gpus {g}] ") for g, pid in sorted(worker_pids.items())
+            ]
+            for name, pid, prefix in named:
+                own = sum(1 for line in lines if line.startswith(prefix) and FINISHED.search(line))
                 sample = proc_sample(pid)
-                if sample is not None and 0 < finished <= last:
+                if sample is not None and own > 0 and finished <= last:
                     samples = by_process.setdefault(name, {})
-                    fds = min(sample[1], samples.get(finished, sample)[1])
-                    samples[finished] = (sample[0], fds)
+                    fds = min(sample[1], samples.get(own, sample)[1])
+                    samples[own] = (sample[0], fds)
     wall_s = time.monotonic() - started
     time.sleep(1.0)  # let the watchdogs finish standing down
     orphans = processes_in(workdir)
@@ -181,7 +196,7 @@ def soak(
     outcomes: dict[str, int] = {}
     for t in classified:
         outcomes[t.user_attrs["outcome"]] = outcomes.get(t.user_attrs["outcome"], 0) + 1
-    growths = {name: growth(samples, last) for name, samples in by_process.items()}
+    growths = {name: growth(samples) for name, samples in by_process.items()}
     tuner = by_process.get("tuner", {})
     return {
         "trials": trials,
@@ -195,8 +210,8 @@ def soak(
         "left_running": len(study.get_trials(states=(TrialState.RUNNING, TrialState.WAITING))),
         "faulted": faulted,
         "orphans": len(orphans),
-        "rss_growth_mb": max((g[0] for g in growths.values()), default=0.0),
-        "fd_growth": max((g[1] for g in growths.values()), default=0),
+        "rss_growth_mb": max((g["rss_growth_mb"] for g in growths.values()), default=0.0),
+        "fd_growth": max((g["fd_growth"] for g in growths.values()), default=0),
         "growth_by_process": growths,
         "rss_mb": [round(rss, 1) for _, (rss, _) in sorted(tuner.items())],
         "fds": [fds for _, (_, fds) in sorted(tuner.items())],
@@ -240,8 +255,11 @@ def main() -> int:
     ):  # fmt: skip
         print(f"| {key} | {result[key]} | {goal} |")
     print(f"outcomes: {result['outcomes']}")
-    for name, (rss, fds) in result["growth_by_process"].items():
-        print(f"{name}: RSS growth {rss:+.1f} MB, fd growth {fds:+d}")
+    for name, g in result["growth_by_process"].items():
+        print(
+            f"{name}: RSS {g['rss_mb']} MB {g['rss_growth_mb']:+.1f}, "
+            f"fds {g['fds']:g} {g['fd_growth']:+d}"
+        )
     print(f"tuner RSS MB, every {tenth} trials: {result['rss_mb'][::tenth]}")
     print(f"tuner open fds, every {tenth} trials: {result['fds'][::tenth]}")
     print(f"autotune exit code: {result['exit_code']}")
