@@ -197,7 +197,6 @@ def soak(
     for t in classified:
         outcomes[t.user_attrs["outcome"]] = outcomes.get(t.user_attrs["outcome"], 0) + 1
     growths = {name: growth(samples) for name, samples in by_process.items()}
-    tuner = by_process.get("tuner", {})
     return {
         "trials": trials,
         "workers": workers,
@@ -213,8 +212,9 @@ def soak(
         "rss_growth_mb": max((g["rss_growth_mb"] for g in growths.values()), default=0.0),
         "fd_growth": max((g["fd_growth"] for g in growths.values()), default=0),
         "growth_by_process": growths,
-        "rss_mb": [round(rss, 1) for _, (rss, _) in sorted(tuner.items())],
-        "fds": [fds for _, (_, fds) in sorted(tuner.items())],
+        "series": {
+            name: [v for _, v in sorted(samples.items())] for name, samples in by_process.items()
+        },
         "outcomes": outcomes,
         "exit_code": process.returncode,
         "wall_s": round(wall_s, 1),
@@ -245,7 +245,6 @@ def main() -> int:
         keys = ("trials", "lost", "orphans", "rss_growth_mb", "fd_growth")
         print(json.dumps({key: result[key] for key in keys}))
         return 0 if result["lost"] == 0 and result["orphans"] == 0 else 1
-    tenth = max(1, len(result["rss_mb"]) // 10)
     where = f"{args.workers} workers, PostgreSQL" if args.workers > 1 else "1 worker, SQLite"
     print(f"soak ({where}): {trials} trials, {result['faulted']} faulted, {result['wall_s']:.0f} s")
     print("| | value | goal |\n| --- | --- | --- |")
@@ -255,13 +254,15 @@ def main() -> int:
     ):  # fmt: skip
         print(f"| {key} | {result[key]} | {goal} |")
     print(f"outcomes: {result['outcomes']}")
-    for name, g in result["growth_by_process"].items():
+    for name, g in sorted(result["growth_by_process"].items()):
+        series = result["series"][name]
+        tenth = max(1, len(series) // 10)
         print(
             f"{name}: RSS {g['rss_mb']} MB {g['rss_growth_mb']:+.1f}, "
-            f"fds {g['fds']:g} {g['fd_growth']:+d}"
+            f"fds {g['fds']:g} {g['fd_growth']:+d}; every {tenth} of its trials: "
+            f"RSS MB {[round(rss, 1) for rss, _ in series[::tenth]]}, "
+            f"fds {[fds for _, fds in series[::tenth]]}"
         )
-    print(f"tuner RSS MB, every {tenth} trials: {result['rss_mb'][::tenth]}")
-    print(f"tuner open fds, every {tenth} trials: {result['fds'][::tenth]}")
     print(f"autotune exit code: {result['exit_code']}")
     return 0 if result["lost"] == 0 and result["orphans"] == 0 else 1
 
