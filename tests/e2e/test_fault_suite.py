@@ -181,3 +181,16 @@ def test_killed_or_stopped_autotune_leaves_nothing_and_resumes(
     tmp_path: Path, spawn, sig: int, when: str
 ) -> None:
     _kill_then_resume(tmp_path, spawn, sig, when)
+
+
+@pytest.mark.faults
+@pytest.mark.timeout(400)
+def test_a_short_soak_with_three_workers_on_postgres_loses_no_trial() -> None:
+    argv = [sys.executable, str(REPO / "scripts" / "soak.py"), "--trials", "9", "--json"]
+    argv += ["--fault-rate", "0.3", "--workers", "3"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=380, cwd=REPO)
+    if "PostgresMissing" in done.stderr:
+        pytest.skip(done.stderr.strip().splitlines()[-1])
+    assert done.returncode == 0, done.stdout + done.stderr
+    figures = json.loads(done.stdout)
+    assert (figures["trials"], figures["lost"], figures["orphans"]) == (9, 0, 0)
