@@ -84,6 +84,7 @@ def test_a_read_only_studies_directory_is_one_line_and_the_study_is_untouched(
     assert len(load_study(f"sqlite:///{studies / 'a.db'}", "s").trials) == 2
 
 
+@pytest.mark.faults
 @pytest.mark.timeout(120)
 def test_a_study_locked_by_another_process_is_one_line_and_resumes_after(tmp_path: Path) -> None:
     db = tmp_path / "a.db"
