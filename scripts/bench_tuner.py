@@ -8,6 +8,9 @@ perturbed speed constants (efficiencies, overheads, MTP acceptance; seeded per
 landscape), with 3% noise on every measurement. The tuner's own simulator is
 the unperturbed one, so it never sees the truth. ``adverse`` truths also make
 MTP, large batches and mixed prefill steps worse than the simulator believes.
+The noise is paired: the k-th measurement of a config at one seed draws the same
+factor in every strategy (``noise_factor``); each sampler has its own seed
+(``sampler_seed``), shared only by the default and its ablations.
 
 Figures per landscape, truth and strategy (over seeds): launches to 95% / 99%
 of the truth's exhaustive optimum over the lattice (the true, noise-free
@@ -21,11 +24,13 @@ does; the study's pruner sees it (noise included) and may stop the trial:
 its modelled GPU time is then startup plus the replay up to that point.
 
     python scripts/bench_tuner.py [--quick] [--seeds 10] [--launches 30] [--json]
+        [--cache FILE] [--raw FILE]     # then: --table FILE... (runs merged, one optimum)
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import pickle
@@ -35,7 +40,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +71,22 @@ from autotune.workload.io import Workload, write_workload
 REPO = Path(__file__).resolve().parents[1]
 NOISE = 0.03  # run-to-run spread of every measured throughput
 MAX_TRIALS = 90  # trials per study, launched or not (pre-screened, duplicates)
+
+
+def noise_factor(truth: str, seed: int, key: str, k: int) -> float:
+    """The factor on the ``k``-th measurement (0-based) of config ``key`` in study ``seed``
+    under ``truth``: the same for every strategy, so strategies at one seed are paired
+    (a difference between them is not a different noise draw)."""
+    rng = random.Random(f"noise:{truth}:{seed}:{key}:{k}")
+    return max(0.5, 1.0 + NOISE * rng.gauss(0.0, 1.0))
+
+
+def sampler_seed(sampler: str, seed: int) -> int:
+    """The sampler's own seed: keyed by the sampler, so random, TPE and GP do not share
+    their first random draws at one seed (Optuna's TPE and GP start from a
+    RandomSampler with the seed they are given); the default and its ablations (one
+    sampler, "guided") share it, and so differ only by the technique switched off."""
+    return int.from_bytes(hashlib.sha256(f"{sampler}:{seed}".encode()).digest()[:4], "big")
 
 
 @dataclass(frozen=True)
@@ -173,14 +194,18 @@ class StudyLog:
     launches: int = 0
     oom_launches: int = 0
     seconds: list[float] = field(default_factory=list)  # modelled GPU seconds per launch
-    handed_over: list[float] = field(default_factory=list)  # true value / optimum per launch
+    handed_over: list[float] = field(default_factory=list)  # true tok/s handed over per launch
+    launched_best: float = 0.0  # the best true value of any config this study launched
     last_launched: bool = False
+    measured: dict[str, int] = field(default_factory=dict)  # config key -> measurements so far
     pruned: int = 0  # launches stopped early
     winners_pruned: int = 0  # ... whose config is within 1% of the optimum
     improvers_pruned: int = 0  # ... whose config beats what the tool would hand over then
 
 
-def in_process_measure(truth: Truth, log: StudyLog, rng: random.Random, optimum: float) -> Callable:
+def in_process_measure(
+    truth: Truth, log: StudyLog, label: str, seed: int, optimum: float
+) -> Callable:
     """The study's measure hook: the pre-screen, then the truth's prediction with noise;
     the prediction's progress goes to ``on_progress`` (the pruner) as the replay's would."""
 
@@ -198,6 +223,7 @@ def in_process_measure(truth: Truth, log: StudyLog, rng: random.Random, optimum:
             return result
         prediction = truth.prediction(config)
         log.launches += 1
+        log.launched_best = max(log.launched_best, truth.value(config) or 0.0)
         log.last_launched = True
         argv = [
             truth.oracle.sim_model,
@@ -214,7 +240,9 @@ def in_process_measure(truth: Truth, log: StudyLog, rng: random.Random, optimum:
             log.oom_launches += int(prediction.failure.failure_class.is_oom)
             log.seconds.append(startup_s)
             return result
-        factor = max(0.5, 1.0 + NOISE * rng.gauss(0.0, 1.0))
+        key = config_key(config)
+        factor = noise_factor(label, seed, key, log.measured.get(key, 0))
+        log.measured[key] = log.measured.get(key, 0) + 1
         stats = prediction.stats
         result.stats = stats.model_copy(
             update={
@@ -244,19 +272,15 @@ def in_process_measure(truth: Truth, log: StudyLog, rng: random.Random, optimum:
 
 def _count_prune(log: StudyLog, value: float | None, optimum: float) -> None:
     log.pruned += 1
-    share = (value or 0.0) / optimum
-    log.winners_pruned += int(share >= 0.99)
-    log.improvers_pruned += int(share > (log.handed_over[-1] if log.handed_over else 0.0))
+    log.winners_pruned += int((value or 0.0) >= 0.99 * optimum)
+    log.improvers_pruned += int((value or 0.0) > (log.handed_over[-1] if log.handed_over else 0.0))
 
 
 class BenchObserver:
     """Records the handed-over config after each launch; stops the search at its budget."""
 
-    def __init__(
-        self, log: StudyLog, truth: Truth, space: SearchSpace, optimum: float, budget: int
-    ):
-        self.log, self.truth, self.space = log, truth, space
-        self.optimum, self.budget = optimum, budget
+    def __init__(self, log: StudyLog, truth: Truth, budget: int):
+        self.log, self.truth, self.budget = log, truth, budget
         self.configs: dict[int, TrialConfig] = {}
 
     def on_trial_start(self, number: int, params: dict, is_baseline: bool) -> None:
@@ -273,7 +297,7 @@ class BenchObserver:
             self.log.last_launched = False
             winner = handed_over(study)
             value = self.truth.value(winner) if winner is not None else None
-            self.log.handed_over.append((value or 0.0) / self.optimum)
+            self.log.handed_over.append(value or 0.0)
         if self.log.launches >= self.budget:
             study.stop()
 
@@ -350,7 +374,7 @@ STRATEGIES: dict[str, tuple[str, TunerSettings]] = {
 
 
 def run_one(
-    landscape: Landscape,
+    label: str,
     setup: dict,
     truth: Truth,
     optimum: float,
@@ -360,7 +384,6 @@ def run_one(
 ) -> StudyLog:
     sampler_name, settings = STRATEGIES[strategy]
     log = StudyLog()
-    rng = random.Random(f"{landscape.name}:{strategy}:{seed}")
     base: StudySpec = setup["spec"]
     with tempfile.TemporaryDirectory() as tmp:
         spec = replace(
@@ -371,15 +394,15 @@ def run_one(
             # (plain samplers skip many predicted OOMs, which launch nothing).
             n_trials=budget if settings.confirm else MAX_TRIALS,
             sampler=AutoTuneWalk(base.space) if sampler_name == "grid-walk" else sampler_name,
-            seed=seed,
+            seed=sampler_seed(sampler_name, seed),
             artifacts_dir=Path(tmp) / "artifacts",
             runs_dir=Path(tmp) / "runs",
             heartbeat_interval_s=0,
             tuner=settings,
             prediction_cache=setup["cache"],
-            measure=in_process_measure(truth, log, rng, optimum),
+            measure=in_process_measure(truth, log, label, seed, optimum),
         )
-        run_study(spec, observer=BenchObserver(log, truth, spec.space, optimum, budget))
+        run_study(spec, observer=BenchObserver(log, truth, budget))
     return log
 
 
@@ -387,9 +410,12 @@ def first_reaching(curve: list[float], level: float) -> int | None:
     return next((i + 1 for i, value in enumerate(curve) if value >= level - 1e-9), None)
 
 
-def summarize(logs: list[StudyLog], budget: int) -> dict:
+def summarize(logs: list[StudyLog], budget: int, optimum: float) -> dict:
+    """The figures of one strategy's studies, against ``optimum`` (true tok/s)."""
+    curves = [[value / optimum for value in log.handed_over] for log in logs]
+
     def launches(level: float) -> list[int | None]:
-        return [first_reaching(log.handed_over, level) for log in logs]
+        return [first_reaching(curve, level) for curve in curves]
 
     def med(values: list[int | None]) -> float | None:
         filled = [v if v is not None else budget + 1 for v in values]
@@ -404,7 +430,7 @@ def summarize(logs: list[StudyLog], budget: int) -> dict:
         sum(log.seconds[:n]) / 3600 if n is not None else None
         for log, n in zip(logs, to99, strict=True)
     ]
-    finals = [log.handed_over[-1] if log.handed_over else 0.0 for log in logs]
+    finals = [curve[-1] if curve else 0.0 for curve in curves]
     known_hours = [h for h in hours if h is not None]
     return {
         "median_launches_to_99": med(to99),
@@ -470,27 +496,89 @@ def exhaustive(setup: dict, landscape: Landscape, truth: Truth) -> tuple[float, 
     return max(values), len(candidates), time.monotonic() - started
 
 
+def code_digest() -> str:
+    """The simulator's and the bench's code: a ``--cache`` made by other code is not used."""
+    digest = hashlib.sha256(Path(__file__).read_bytes())
+    for path in sorted((REPO / "autotune" / "sim").rglob("*.py")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def load_cache(path: Path | None) -> dict:
+    if path is None or not path.exists():
+        return {}
+    cache = pickle.loads(path.read_bytes())
+    return cache if cache.get("code") == code_digest() else {}
+
+
+def study_record(label: str, strategy: str, seed: int, lattice_optimum: float, log: StudyLog):
+    """One study as ``--raw`` stores it (``--table`` re-reads it)."""
+    return {
+        "landscape": label,
+        "strategy": strategy,
+        "seed": seed,
+        "lattice_optimum": lattice_optimum,
+        **asdict(log),
+    }
+
+
+def table(paths: list[Path], budget: int) -> list[dict]:
+    """Rows from ``--raw`` files, against each truth's best known optimum: the lattice's,
+    or a config some study launched off the lattice that is truly better."""
+    records = [json.loads(line) for path in paths for line in path.read_text().splitlines()]
+    optimum: dict[str, float] = {}
+    for record in records:
+        best = max(record["lattice_optimum"], record["launched_best"])
+        optimum[record["landscape"]] = max(optimum.get(record["landscape"], 0.0), best)
+    groups: dict[tuple[str, str], list[StudyLog]] = {}
+    fields = set(StudyLog.__dataclass_fields__)
+    for record in records:
+        log = StudyLog(**{k: v for k, v in record.items() if k in fields})
+        groups.setdefault((record["landscape"], record["strategy"]), []).append(log)
+    return [
+        {
+            "landscape": label,
+            "strategy": strategy,
+            "optimum_tok_s": round(optimum[label], 2),
+            "optimum_over": "lattice and launched configs",
+            **summarize(logs, budget, optimum[label]),
+        }
+        for (label, strategy), logs in groups.items()
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="README landscape, 5 seeds")
     parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--launches", type=int, default=30)
     parser.add_argument("--landscape", action="append", choices=sorted(LANDSCAPES))
+    parser.add_argument("--truth", choices=("truthful", "adverse"), action="append")
     parser.add_argument("--strategy", action="append", choices=list(STRATEGIES))
     parser.add_argument("--json", action="store_true")
     parser.add_argument(
         "--cache", type=Path, help="keep every prediction in this file between runs (pickle)"
     )
-    args = parser.parse_args()
-    cache: dict = (
-        pickle.loads(args.cache.read_bytes()) if args.cache and args.cache.exists() else {}
+    parser.add_argument("--raw", type=Path, help="append every study's log to this file")
+    parser.add_argument(
+        "--table",
+        type=Path,
+        nargs="+",
+        help="no runs: the table of these --raw files, against the best known optimum",
     )
+    args = parser.parse_args()
+    if args.table:
+        for row in table(args.table, args.launches):
+            print(json.dumps(row) if args.json else format_row(row), flush=True)
+        return
+    cache = load_cache(args.cache)
+    cache["code"] = code_digest()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.simplefilter("ignore")
     names = args.landscape or (["readme"] if args.quick else list(LANDSCAPES))
-    seeds = 5 if args.quick else args.seeds
+    seeds = range(args.first_seed, args.first_seed + (5 if args.quick else args.seeds))
     strategies = args.strategy or list(STRATEGIES)
-    rows = []
     workloads = tempfile.TemporaryDirectory()
     for name in names:
         landscape = LANDSCAPES[name]
@@ -498,6 +586,8 @@ def main() -> None:
         setup["cache"] = cache.setdefault(f"{name}:tuner", {})
         spec: StudySpec = setup["spec"]
         for adverse in (False, True):
+            if args.truth and ("adverse" if adverse else "truthful") not in args.truth:
+                continue
             constants = truth_constants(name, adverse)
             truth_oracle = SimOracle(
                 landscape.hardware,
@@ -519,35 +609,44 @@ def main() -> None:
             if not args.json:
                 print(
                     f"\n{label}: {count} effective configs pass the pre-screen; truth optimum "
-                    f"{optimum:,.1f} tok/s ({seconds:.0f} s to predict them all)"
+                    f"over them {optimum:,.1f} tok/s ({seconds:.0f} s to predict them all)"
                 )
             for strategy in strategies:
                 started = time.monotonic()
-                logs = [
-                    run_one(landscape, setup, truth, optimum, strategy, seed, args.launches)
-                    for seed in range(seeds)
-                ]
-                row = {"landscape": label, "strategy": strategy, **summarize(logs, args.launches)}
-                row["seconds"] = round(time.monotonic() - started, 1)
-                rows.append(row)
-                if args.json:
-                    print(json.dumps(row), flush=True)
-                else:
-                    print_row(row)
-    if args.cache:
-        args.cache.write_bytes(pickle.dumps(cache))
+                logs = []
+                for seed in seeds:
+                    log = run_one(label, setup, truth, optimum, strategy, seed, args.launches)
+                    logs.append(log)
+                    if args.raw:
+                        with args.raw.open("a") as out:
+                            out.write(json.dumps(study_record(label, strategy, seed, optimum, log)))
+                            out.write("\n")
+                row = {
+                    "landscape": label,
+                    "strategy": strategy,
+                    "optimum_tok_s": round(optimum, 2),
+                    "optimum_over": "lattice",
+                    **summarize(logs, args.launches, optimum),
+                    "launched_best_over_optimum": round(
+                        max(log.launched_best for log in logs) / optimum, 4
+                    ),
+                    "seconds": round(time.monotonic() - started, 1),
+                }
+                print(json.dumps(row) if args.json else format_row(row), flush=True)
+            if args.cache:
+                args.cache.write_bytes(pickle.dumps(cache))
     if not args.json:
         print(f"\n({args.launches} launches per study; '-': not reached within them)")
 
 
-def print_row(row: dict) -> None:
+def format_row(row: dict) -> str:
     def fmt(value: Any) -> str:
         if value is None:
             return "-"
         return f"{value:g}" if isinstance(value, int | float) else str(value)
 
     hours = row["median_gpu_hours_to_99"]
-    print(
+    return (
         f"  {row['strategy']:<30} to99 med {fmt(row['median_launches_to_99']):>4} "
         f"worst {fmt(row['worst_launches_to_99']):>4} "
         f"| to95 med {fmt(row['median_launches_to_95']):>4} "
@@ -558,8 +657,8 @@ def print_row(row: dict) -> None:
         f"within1% {row['winner_within_1pct_rate']:.0%} "
         f"| GPU-h/study {row['gpu_hours_per_study']:.2f} "
         f"pruned {row['pruned_per_study']:.1f} (winners {row['winners_pruned_per_study']:.1f}, "
-        f"improvers {row['improvers_pruned_per_study']:.1f}) ({row['seconds']:.0f} s)",
-        flush=True,
+        f"improvers {row['improvers_pruned_per_study']:.1f})"
+        + (f" ({row['seconds']:.0f} s)" if "seconds" in row else f" [{row['landscape']}]")
     )
 
 
