@@ -77,21 +77,27 @@ async def measure_cells(
 ) -> list[MeasuredPoint]:
     """Each (concurrency, prompt, output) cell ``repeats`` times; the median-throughput run.
 
-    One warm-up run first, not kept: first requests pay for lazy initialisation.
+    The repeats are rounds over all cells, not runs of one cell back to back: a
+    host whose speed drifts (other work on a shared machine, frequency scaling)
+    then shifts every cell alike instead of making some cells look faster than
+    their neighbours. One warm-up run first, not kept: first requests pay for
+    lazy initialisation.
     """
     await measure_point(server, concurrency=2, prompt_tokens=32, output_tokens=16)
-    points = []
-    for concurrency, prompt_tokens, output_tokens in cells:
-        runs = [
-            await measure_point(
-                server,
-                concurrency=concurrency,
-                prompt_tokens=prompt_tokens,
-                output_tokens=output_tokens,
-                requests_per_client=requests_per_client,
-                flags=flags,
+    runs: list[list[MeasuredPoint]] = [[] for _ in cells]
+    for _ in range(repeats):
+        for cell_runs, (concurrency, prompt_tokens, output_tokens) in zip(runs, cells, strict=True):
+            cell_runs.append(
+                await measure_point(
+                    server,
+                    concurrency=concurrency,
+                    prompt_tokens=prompt_tokens,
+                    output_tokens=output_tokens,
+                    requests_per_client=requests_per_client,
+                    flags=flags,
+                )
             )
-            for _ in range(repeats)
-        ]
-        points.append(sorted(runs, key=lambda run: run.output_tokens_per_s)[len(runs) // 2])
-    return points
+    return [
+        sorted(cell_runs, key=lambda run: run.output_tokens_per_s)[len(cell_runs) // 2]
+        for cell_runs in runs
+    ]
