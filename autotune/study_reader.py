@@ -22,7 +22,7 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from autotune.defaults import DEFAULT_ARTIFACTS_DIR
 from autotune.errors import InputError, StorageError
 from autotune.trial_record import TrialRecord, outcome_text
-from autotune.tuner.record import TunerStudyRecord
+from autotune.tuner.record import TunerStudyRecord, Winner
 from autotune.vocabulary import OOM_OUTCOMES, HardwareFingerprint
 
 M = TypeVar("M", bound=BaseModel)
@@ -159,13 +159,20 @@ class LoadedStudy:
     def feasible_measured(self) -> list[TrialRow]:
         return [row for row in self.trials if row.feasible and row.measured and row.values]
 
+    def crowned(self) -> Winner | None:
+        """The tuner's crown: the config its re-measurements favour (single objective)."""
+        winner = TunerStudyRecord.read(self.study.user_attrs).winner
+        if winner is None or self.multi_objective or winner.trial not in self._by_number:
+            return None
+        return winner
+
     def best(self) -> TrialRow:
         """The best feasible trial; for multi-objective, the Pareto point best on the first.
 
         Raises ``InputError`` when no trial is feasible yet.
         """
-        winner = TunerStudyRecord.read(self.study.user_attrs).winner  # the tuner's crown
-        if winner and not self.multi_objective and winner.trial in self._by_number:
+        winner = self.crowned()
+        if winner is not None:
             return self._by_number[winner.trial]
         candidates = self.pareto() if self.multi_objective else self.feasible_measured()
         if not candidates:

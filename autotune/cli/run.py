@@ -397,11 +397,21 @@ def show(
     table.add_column("prefix hit", justify="right")
     table.add_column("ideal hit", justify="right")
     table.add_column("preempt", justify="right")
-    rows = sorted(loaded.trials, key=lambda row: _show_order(loaded, row))[:limit]
+    crown = loaded.crowned()
+    crowned = set(crown.trials) if crown else set()
+    rows = sorted(loaded.trials, key=lambda row: _show_order(loaded, row, crowned))[:limit]
     ideal = _ideal_hits(loaded)
     for row in rows:
-        table.add_row(*_show_cells(row, param_names if wide else [], ideal))
+        table.add_row(*_show_cells(row, param_names if wide else [], ideal, row.number in crowned))
     out.print(table)
+    if crown is not None:
+        out.print(
+            f"winner: trial {crown.trial}, measured {_times(crown.measurements)} "
+            f"(trials {', '.join(map(str, crown.trials))}): mean {crown.mean:,.1f}, "
+            f"spread {crown.spread:,.1f} {metric}; a row below it with a higher single "
+            "measurement is best by one run, which noise can explain",
+            highlight=False,
+        )
     if any("*" in effective_cell(row, name) for row in rows for name in param_names):
         out.print(
             "* the value the trial launched with, set by a derived rule over the searched one"
@@ -414,7 +424,14 @@ def show(
             out.print(f"#{row.number}: {pairs}", highlight=False, soft_wrap=True)
 
 
-def _show_order(loaded: LoadedStudy, row: TrialRow) -> tuple[int, float, int]:
+def _times(count: int) -> str:
+    return "once" if count == 1 else f"{count} times"
+
+
+def _show_order(loaded: LoadedStudy, row: TrialRow, crowned: set[int]) -> tuple[int, float, int]:
+    """The crowned config's trials first, then feasible, measured, the rest; best first."""
+    if row.number in crowned:
+        return (-1, -loaded.primary_key(row), row.number)
     if row.feasible and row.measured:
         return (0, -loaded.primary_key(row), row.number)
     if row.measured:
@@ -433,11 +450,16 @@ def _ideal_hits(loaded: LoadedStudy) -> IdealPrefixHits | None:
 
 
 def _show_cells(
-    row: TrialRow, param_names: list[str], ideal: IdealPrefixHits | None = None
+    row: TrialRow,
+    param_names: list[str],
+    ideal: IdealPrefixHits | None = None,
+    crowned: bool = False,
 ) -> list[str]:
     outcome = row.outcome_text
     if row.is_baseline:
         outcome += " (baseline)"
+    if crowned:
+        outcome += " (winner)"
     style = "green" if row.feasible and row.measured else "red" if row.is_oom else "yellow"
     value = f"{row.values[0]:,.1f}" if row.values and row.measured else "-"
     if row.state == "PRUNED" and row.values:  # the replay's figure when it stopped
