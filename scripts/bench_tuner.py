@@ -350,6 +350,11 @@ class AutoTuneWalk(optuna.samplers.BaseSampler):
         return optuna.samplers.RandomSampler().sample_independent(study, trial, name, dist)
 
 
+GP_COST = (
+    "Optuna's GPSampler spends 3-5 s a trial optimising its acquisition over this mixed "
+    "space on 2 cores (about 2-3 min a study, 85% of it in its discrete local search), "
+    "more than --quick's 10 minutes for the landscape's 10 studies"
+)
 # strategy -> (sampler, tuner settings)
 PLAIN = TunerSettings(warm_start=0, learn=False, confirm=0, dedup=False, prune=False)
 DEFAULT = TunerSettings()
@@ -481,13 +486,15 @@ def exhaustive(setup: dict, landscape: Landscape, truth: Truth) -> tuple[float, 
     started = time.monotonic()
     spec: StudySpec = setup["spec"]
     key = (spec.space.digest(), spec.model, None, id(spec.prescreen))
-    candidates = _ENUMERATIONS.get(key) or [
-        c
-        for c in enumerate_effective(
-            spec.space, model=spec.model, engine_version=None, prescreen=spec.prescreen
-        )
-        if c.memory is None or c.memory.fits
-    ]
+    if key not in _ENUMERATIONS:  # the guide's memo: the studies do not enumerate again
+        _ENUMERATIONS[key] = [
+            c
+            for c in enumerate_effective(
+                spec.space, model=spec.model, engine_version=None, prescreen=spec.prescreen
+            )
+            if c.memory is None or c.memory.fits
+        ]
+    candidates = _ENUMERATIONS[key]
     missing = [c for c in candidates if c.key not in truth.values]
     scores = predict_all(truth.oracle, [c.config for c in missing])
     for candidate, scored in zip(missing, scores, strict=True):
@@ -497,11 +504,15 @@ def exhaustive(setup: dict, landscape: Landscape, truth: Truth) -> tuple[float, 
 
 
 def code_digest() -> str:
-    """The simulator's and the bench's code: a ``--cache`` made by other code is not used."""
-    digest = hashlib.sha256(Path(__file__).read_bytes())
+    """The simulator's code: a ``--cache`` made by another simulator is not used."""
+    digest = hashlib.sha256()
     for path in sorted((REPO / "autotune" / "sim").rglob("*.py")):
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
+
+
+def digest_of(*parts: Any) -> str:
+    return hashlib.sha256(repr(parts).encode()).hexdigest()[:12]
 
 
 def load_cache(path: Path | None) -> dict:
@@ -579,12 +590,17 @@ def main() -> None:
     names = args.landscape or (["readme"] if args.quick else list(LANDSCAPES))
     seeds = range(args.first_seed, args.first_seed + (5 if args.quick else args.seeds))
     strategies = args.strategy or list(STRATEGIES)
+    if args.quick and not args.strategy:
+        strategies.remove("gp")
+        if not args.json:
+            print(f"--quick leaves out gp: {GP_COST} (--strategy gp runs it)")
     workloads = tempfile.TemporaryDirectory()
     for name in names:
         landscape = LANDSCAPES[name]
         setup = prepare(landscape, Path(workloads.name))
-        setup["cache"] = cache.setdefault(f"{name}:tuner", {})
         spec: StudySpec = setup["spec"]
+        setup_key = digest_of(spec.space.digest(), spec.plan, spec.load, spec.goal, spec.model)
+        setup["cache"] = cache.setdefault(f"{name}:tuner:{setup_key}", {})
         for adverse in (False, True):
             if args.truth and ("adverse" if adverse else "truthful") not in args.truth:
                 continue
@@ -598,10 +614,11 @@ def main() -> None:
                 calibration=CalibrationProfile(constants=constants, source="bench truth"),
             )
             label = f"{name}{' (adverse)' if adverse else ''}"
+            truth_key = f"{label}:{setup_key}:{digest_of(constants.model_dump_json())}"
             truth = Truth(
                 truth_oracle,
-                predictions=cache.setdefault(f"{label}:predictions", {}),
-                values=cache.setdefault(f"{label}:values", {}),
+                predictions=cache.setdefault(f"{truth_key}:predictions", {}),
+                values=cache.setdefault(f"{truth_key}:values", {}),
             )
             optimum, count, seconds = exhaustive(setup, landscape, truth)
             if args.cache:

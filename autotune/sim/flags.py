@@ -11,6 +11,7 @@ bad flag or value prints argparse's usage error on stderr and exits 2 with the
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -289,10 +290,17 @@ def normalize_argv(argv: list[str]) -> list[str]:
     return out
 
 
+@functools.cache
+def _shared_parser() -> argparse.ArgumentParser:
+    """One parser for every parse: building it costs more than parsing (the tuner's
+    enumeration parses every config of a space)."""
+    return build_parser()
+
+
 def parse_serve_args(argv: list[str], *, environ: dict[str, str] | None = None) -> ServeArgs:
     """Parse a ``serve`` argv (without ``serve``). Bad input: usage error, exit 2."""
     env = os.environ if environ is None else environ
-    parser = build_parser()
+    parser = _shared_parser()
     ns = parser.parse_args(normalize_argv(argv))
     model = ns.model_tag or ns.model
     if model is None:
