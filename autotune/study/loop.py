@@ -1,0 +1,158 @@
+"""The study loop: trials until ``--trials`` are counted or time is up, the baseline
+first, the tuner's seeds and confirmations inside the budget, workers joining."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.study.create import create_or_resume
+from autotune.study.runner import TrialRunner
+from autotune.study.spec import StudyObserver, StudySpec
+from autotune.study.storage import (
+    COUNTED_STATES,
+    completed_count,
+    open_storage,
+    storage_write_errors,
+)
+from autotune.trial_record import TrialRecord, outcome_text
+from autotune.tuner.session import Tuner
+
+
+def run_study(spec: StudySpec, *, observer: StudyObserver | None = None) -> optuna.Study:
+    """Run trials until ``n_trials`` are COMPLETE or PRUNED (resume counts earlier ones) or
+    time is up.
+
+    Raises KeyboardInterrupt after recording the running trial as interrupted.
+    """
+    # Trial failures are recorded in attrs and shown by the observer, not logged.
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    storage = open_storage(spec.storage_url, heartbeat_interval_s=spec.heartbeat_interval_s)
+    engine_version = spec.engine.version()
+    tuner = make_tuner(spec, engine_version, say=observer.on_phase if observer else None)
+    if observer is not None and tuner.describe():
+        observer.on_phase(tuner.describe() or "")
+    study = create_or_resume(spec, storage, engine_version, tuner)
+    if spec.join:
+        return _join(spec, study, engine_version, observer, tuner)
+    if spec.run_options is not None:  # the latest run's options: what workers join with
+        study.set_user_attr("run_options", spec.run_options)
+    if spec.sampler != "grid":  # GridSampler ignores enqueued points; it meets the baseline
+        baseline = spec.space.baseline_params(engine_version)
+        study.enqueue_trial(
+            baseline, user_attrs=TrialRecord(is_baseline=True).attrs(), skip_if_exists=True
+        )
+    if completed_count(study) == 0:
+        tuner.describe_warm_start(study)
+
+    remaining = None if spec.n_trials is None else spec.n_trials - completed_count(study)
+    if remaining is not None and remaining <= 0:
+        return study
+    callbacks = _callbacks(spec, observer)
+    if spec.workers is not None:
+        spec.workers()
+        with warnings.catch_warnings():  # a worker killed at the end leaves its trial RUNNING
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            optuna.storages.fail_stale_trials(study)
+    runner = TrialRunner(spec, study, engine_version, observer, tuner)
+    # FAIL trials (our own errors) do not count towards n_trials, but a run of
+    # them must not loop forever: attempts are capped.
+    max_attempts = None if remaining is None else 2 * remaining + 5
+    with storage_write_errors(spec.storage_url):
+        if spec.workers is None:
+            study.optimize(
+                runner,
+                n_trials=max_attempts,
+                timeout=spec.timeout_s,
+                callbacks=callbacks,
+                catch=(Exception,),
+            )
+        if spec.n_trials is None and tuner.confirm_slots:  # a timed run: re-measure after it
+            tuner.closing = True
+            study.optimize(
+                runner, n_trials=tuner.confirm_slots, callbacks=callbacks, catch=(Exception,)
+            )
+        tuner.finish(study)
+    return study
+
+
+def _callbacks(spec: StudySpec, observer: StudyObserver | None) -> list[Callable[..., None]]:
+    """Stop at ``n_trials`` counted trials; report each trial's end."""
+    callbacks = []
+    if spec.n_trials is not None:
+        callbacks.append(optuna.study.MaxTrialsCallback(spec.n_trials, states=COUNTED_STATES))
+    if observer is not None:
+        callbacks.append(
+            lambda study, trial: observer.on_trial_end(trial, trial_outcome(trial), study)
+        )
+    return callbacks
+
+
+def _join(
+    spec: StudySpec,
+    study: optuna.Study,
+    engine_version: str,
+    observer: StudyObserver | None,
+    tuner: Tuner,
+) -> optuna.Study:
+    """A worker's share: trials until the study has ``n_trials`` counted ones (over every
+    worker); the process that set the study up seeds and confirms it."""
+    callbacks = _callbacks(spec, observer)
+    under_way = (*COUNTED_STATES, TrialState.RUNNING)  # a late joiner counts running ones
+    under = len(study.get_trials(deepcopy=False, states=under_way))
+    remaining = None if spec.n_trials is None else spec.n_trials - under
+    if remaining is not None and remaining <= 0:
+        return study
+    runner = TrialRunner(spec, study, engine_version, observer, tuner)
+    study.optimize(
+        runner,
+        n_trials=None if remaining is None else 2 * remaining + 5,
+        timeout=spec.timeout_s,
+        callbacks=[_stop_at_budget(spec.n_trials), *callbacks[1:]] if spec.n_trials else callbacks,
+        catch=(Exception,),
+    )
+    return study
+
+
+def _stop_at_budget(n_trials: int) -> Callable[[optuna.Study, FrozenTrial], None]:
+    """Stop once counted trials plus those other workers are running reach ``n_trials``:
+    Optuna's MaxTrialsCallback counts finished ones only, so each worker but the last
+    would start one trial too many."""
+
+    def stop(study: optuna.Study, trial: FrozenTrial) -> None:
+        with warnings.catch_warnings():  # a dead worker's trial is not running any more
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            optuna.storages.fail_stale_trials(study)
+        states = (*COUNTED_STATES, TrialState.RUNNING)
+        if len(study.get_trials(deepcopy=False, states=states)) >= n_trials:
+            study.stop()
+
+    return stop
+
+
+def make_tuner(
+    spec: StudySpec, engine_version: str, *, say: Callable[[str], None] | None = None
+) -> Tuner:
+    """The tuner of this run; it predicts the whole space when the sampler is guided."""
+    return Tuner(
+        spec.tuner,
+        space=spec.space,
+        model=spec.model,
+        engine_version=engine_version,
+        prescreen=spec.prescreen,
+        oracle=spec.oracle if len(spec.goal.objectives) == 1 else None,
+        maximize=spec.goal.directions[0] == "maximize",
+        guided=spec.sampler == "guided",
+        n_trials=spec.n_trials,
+        seed=spec.seed,
+        cache=spec.prediction_cache,
+        say=say,
+    )
+
+
+def trial_outcome(trial: FrozenTrial) -> str:
+    """The outcome class of a stored trial (FAIL without one: interrupted or our own error)."""
+    return outcome_text(TrialRecord.read(trial.user_attrs).outcome, trial.state.name)
