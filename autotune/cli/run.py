@@ -131,8 +131,33 @@ def run(
     ] = True,
     confirm: Annotated[
         int,
-        typer.Option("--confirm", help="Last trials spent re-measuring the top configs (0: off)."),
-    ] = 3,
+        typer.Option(
+            "--confirm",
+            help="Last trials spent re-measuring the top configs, at most half (0: off).",
+        ),
+    ] = TunerSettings.confirm,
+    race: Annotated[
+        bool,
+        typer.Option(
+            "--race/--no-race",
+            help="Re-measure where it most raises the winner's expected value (off: leader "
+            "against its closest challenger).",
+        ),
+    ] = TunerSettings.race,
+    race_early: Annotated[
+        bool,
+        typer.Option(
+            "--race-early/--no-race-early",
+            help="Re-measure before the last trials when worth more than a new config (guided).",
+        ),
+    ] = TunerSettings.race_early,
+    crown_prior: Annotated[
+        bool,
+        typer.Option(
+            "--crown-prior/--no-crown-prior",
+            help="Weigh the simulator's corrected prediction into the winner's estimate.",
+        ),
+    ] = TunerSettings.crown_prior,
     dedup: Annotated[
         bool,
         typer.Option("--dedup/--no-dedup", help="Never launch the same effective config twice."),
@@ -247,6 +272,9 @@ def run(
             warm_start=warm_start,
             learn=learn,
             confirm=confirm,
+            race=race,
+            race_early=race_early,
+            crown_prior=crown_prior,
             dedup=dedup,
             recheck=recheck,
             prune=prune,

@@ -1,16 +1,22 @@
 """Noise: re-measure the best candidates, then crown the config the evidence favours.
 
-A config's estimate combines its measurements (mean utility, run-to-run noise
-``NOISE_SD`` each) with what the simulator plus the learned residual says
-about it, weighted by their precisions; without a guide it is the mean of the
-measurements. The crowned config is the best estimate among configs that
-never failed; ``confirmation_targets`` are the top few, re-measured before
-crowning so that a config is never handed over on one lucky run.
+A config's belief is a normal posterior over its utility: its measurements (mean
+utility, run-to-run noise ``MEASUREMENT_SD`` each) combined, by precision, with
+what the simulator plus the learned residual says about it (the prior; without a
+guide, or with ``prior`` off, the measurements alone). The crowned config is the
+best posterior mean among configs that never failed. Re-measurements go where
+they are worth most: ``race`` picks the config whose next measurement most raises
+the expected true value of the crown (the knowledge gradient of ranking and
+selection); ``duel`` is the older rule (leader against its closest challenger).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import ndtr
 
 from autotune.tuner.guide import utility_of
 from autotune.tuner.measured import Measured, MeasuredIndex
@@ -21,53 +27,148 @@ MEASUREMENT_SD = 0.03  # run-to-run spread of one measurement (log scale)
 DUEL_Z = 2.0  # a challenger further behind than this many noise units is not worth a launch
 
 
-def estimates(
-    index: MeasuredIndex, *, maximize: bool, sampler: GuidedSampler | None = None
-) -> dict[str, float]:
-    """Estimated utility of every feasible measured config."""
-    prior = None
-    if sampler is not None and sampler.learn:
+@dataclass(frozen=True)
+class Belief:
+    """Posterior of one config's utility (log scale)."""
+
+    mean: float
+    var: float
+
+    def gain(self, best_other: float) -> float:
+        """Expected rise of the best posterior mean if this config is measured once more
+        (``best_other``: the best posterior mean among the other configs)."""
+        return float(knowledge_gradient(np.array([self.mean]), np.array([self.var]), best_other)[0])
+
+
+def knowledge_gradient(
+    mean: np.ndarray, var: np.ndarray, best_other: float, *, crownable: bool = True
+) -> np.ndarray:
+    """Expected rise of the best posterior mean from one more measurement of each config
+    (posterior ``mean`` / ``var``; ``best_other``: the best mean among the others). An
+    unmeasured config is not ``crownable`` before it is measured: then its gain is all
+    that its measurement may put above ``best_other``."""
+    after = 1 / (1 / np.maximum(var, 1e-12) + 1 / MEASUREMENT_SD**2)
+    change = np.sqrt(np.maximum(var - after, 1e-12))  # sd of the coming shift of the mean
+    gap = mean - best_other
+    z = (gap if not crownable else -np.abs(gap)) / change
+    return change * (z * ndtr(z) + np.exp(-z * z / 2) / math.sqrt(2 * math.pi))
+
+
+def beliefs(
+    index: MeasuredIndex,
+    *,
+    maximize: bool,
+    sampler: GuidedSampler | None = None,
+    prior: bool = True,
+) -> dict[str, Belief]:
+    """The belief about every feasible measured config."""
+    known = None
+    if prior and sampler is not None and sampler.learn:
         mean, spread = sampler.estimates()
-        prior = (sampler.guide.by_key, mean, spread)
-    result: dict[str, float] = {}
+        known = (sampler.guide.by_key, mean, spread)
+    result: dict[str, Belief] = {}
     for entry in index.by_key.values():
         if not entry.feasible or not entry.samples:
             continue
-        measured = utility_of(entry.mean, maximize)
-        weight = len(entry.samples) / MEASUREMENT_SD**2
-        estimate = measured
-        if prior is not None and entry.key in prior[0]:
-            at = prior[0][entry.key]
-            if math.isfinite(prior[1][at]):
-                prior_var = prior[2][at] ** 2 + NOISE_SD**2
-                estimate = (weight * measured + prior[1][at] / prior_var) / (weight + 1 / prior_var)
-        result[entry.key] = estimate
+        precision = len(entry.samples) / MEASUREMENT_SD**2
+        weighted = precision * utility_of(entry.mean, maximize)
+        if known is not None and entry.key in known[0]:
+            at = known[0][entry.key]
+            if math.isfinite(known[1][at]):
+                prior_var = known[2][at] ** 2 + NOISE_SD**2
+                precision += 1 / prior_var
+                weighted += known[1][at] / prior_var
+        result[entry.key] = Belief(weighted / precision, 1 / precision)
     return result
 
 
+def estimates(
+    index: MeasuredIndex,
+    *,
+    maximize: bool,
+    sampler: GuidedSampler | None = None,
+    prior: bool = True,
+) -> dict[str, float]:
+    """Estimated utility (posterior mean) of every feasible measured config."""
+    found = beliefs(index, maximize=maximize, sampler=sampler, prior=prior)
+    return {key: belief.mean for key, belief in found.items()}
+
+
 def ranked(
-    index: MeasuredIndex, *, maximize: bool, sampler: GuidedSampler | None = None
+    index: MeasuredIndex,
+    *,
+    maximize: bool,
+    sampler: GuidedSampler | None = None,
+    prior: bool = True,
 ) -> list[Measured]:
     """Feasible measured configs, best estimate first."""
-    scores = estimates(index, maximize=maximize, sampler=sampler)
+    scores = estimates(index, maximize=maximize, sampler=sampler, prior=prior)
     return sorted((index.by_key[key] for key in scores), key=lambda e: -scores[e.key])
 
 
 def confirmation_targets(
-    index: MeasuredIndex, count: int, *, maximize: bool, sampler: GuidedSampler | None = None
+    index: MeasuredIndex,
+    count: int,
+    *,
+    maximize: bool,
+    sampler: GuidedSampler | None = None,
+    prior: bool = True,
 ) -> list[Measured]:
     """The ``count`` best configs by estimate: each is measured once more."""
-    return ranked(index, maximize=maximize, sampler=sampler)[:count]
+    return ranked(index, maximize=maximize, sampler=sampler, prior=prior)[:count]
+
+
+def race(
+    index: MeasuredIndex,
+    *,
+    maximize: bool,
+    sampler: GuidedSampler | None = None,
+    prior: bool = True,
+) -> Measured | None:
+    """The config whose next measurement is worth most to the crown (see the module
+    docstring); None when nothing feasible was measured."""
+    found = beliefs(index, maximize=maximize, sampler=sampler, prior=prior)
+    if not found:
+        return None
+    order = sorted(found, key=lambda key: -found[key].mean)
+    if len(order) == 1:
+        return index.by_key[order[0]]
+
+    def gain(key: str) -> float:
+        best_other = found[order[1]].mean if key == order[0] else found[order[0]].mean
+        return found[key].gain(best_other)
+
+    return index.by_key[max(order, key=gain)]
+
+
+def exploration_gain(
+    index: MeasuredIndex, sampler: GuidedSampler, leader: float, *, maximize: bool
+) -> float:
+    """The most one launch of an unmeasured lattice config can be expected to raise the
+    crown's value, by the simulator plus learned residual (``leader``: the crown's
+    posterior mean); 0 when nothing is left to explore."""
+    mean, spread = sampler.estimates()
+    tried = sampler.guide.equivalent_to(set(index.by_key) | index.pending)
+    open_ = ~tried & np.isfinite(mean)
+    if not open_.any():
+        return 0.0
+    var = spread[open_] ** 2 + NOISE_SD**2
+    return float(knowledge_gradient(mean[open_], var, leader, crownable=False).max())
 
 
 def duel(
-    index: MeasuredIndex, *, maximize: bool, sampler: GuidedSampler | None = None, top: int = 5
+    index: MeasuredIndex,
+    *,
+    maximize: bool,
+    sampler: GuidedSampler | None = None,
+    prior: bool = True,
+    top: int = 5,
 ) -> Measured | None:
     """The config whose next measurement can most change the crown: of the leader and its
     closest challenger (smallest gap in units of their measurement noise), the one
     measured less often; None when nothing was measured or no challenger is within
     ``DUEL_Z`` noise units."""
-    scores = estimates(index, maximize=maximize, sampler=sampler)
+    scores = estimates(index, maximize=maximize, sampler=sampler, prior=prior)
     best = sorted(scores, key=lambda key: -scores[key])[:top]
     if not best:
         return None
@@ -87,8 +188,12 @@ def duel(
 
 
 def crown(
-    index: MeasuredIndex, *, maximize: bool, sampler: GuidedSampler | None = None
+    index: MeasuredIndex,
+    *,
+    maximize: bool,
+    sampler: GuidedSampler | None = None,
+    prior: bool = True,
 ) -> Measured | None:
     """The config to hand over, or None when nothing feasible was measured."""
-    best = ranked(index, maximize=maximize, sampler=sampler)
+    best = ranked(index, maximize=maximize, sampler=sampler, prior=prior)
     return best[0] if best else None

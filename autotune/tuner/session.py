@@ -25,7 +25,14 @@ from autotune.defaults import DEFAULT_PRUNE
 from autotune.space import SearchSpace
 from autotune.trial import Prescreen
 from autotune.trial_record import TrialRecord
-from autotune.tuner.confirm import confirmation_targets, crown, duel
+from autotune.tuner.confirm import (
+    beliefs,
+    confirmation_targets,
+    crown,
+    duel,
+    exploration_gain,
+    race,
+)
 from autotune.tuner.guide import Guide, PredictionCache, build_guide
 from autotune.tuner.lattice import Candidate
 from autotune.tuner.measured import Measured, MeasuredIndex
@@ -35,6 +42,8 @@ from autotune.tuner.sampler import GuidedSampler
 from autotune.tuner.schedule import Role, ScheduledSampler
 
 PENDING_POLL_S = 1.0  # how often a worker looks whether another's measurement has landed
+TIMED_CONFIRM = 3  # re-measurements after a timed run's time is up (it raced before)
+PARALLEL_TARGETS = 3  # workers in the tail together re-measure among this many top configs
 
 
 @dataclass(frozen=True)
@@ -43,7 +52,10 @@ class TunerSettings:
 
     warm_start: int = 4  # predicted-best configs launched after the baseline (0: off)
     learn: bool = True  # learn the simulator's residual from measurements
-    confirm: int = 3  # top configs re-measured at the end of the budget (0: off)
+    confirm: int = 15  # trials at the end of the budget spent re-measuring (0: off)
+    race: bool = True  # re-measure where it most raises the crown's expected value (off: duel)
+    race_early: bool = True  # re-measure before the tail when worth more than exploring
+    crown_prior: bool = False  # the crown weighs the simulator's corrected prediction too
     dedup: bool = True  # never launch a measured effective config again
     recheck: bool = False  # re-measure a new leader measured once, at once (bench: off wins)
     prune: bool = DEFAULT_PRUNE  # stop a trial whose throughput so far is far below the best's
@@ -113,7 +125,7 @@ class Tuner:
     def confirm_slots(self) -> int:
         """Trials at the end of the budget kept for re-measurements (at most half of it)."""
         if self.n_trials is None:
-            return self.settings.confirm
+            return min(self.settings.confirm, TIMED_CONFIRM)
         return max(0, min(self.settings.confirm, (self.n_trials - 1) // 2))
 
     def next_role(self, study: optuna.Study, trial: FrozenTrial) -> Role | None:
@@ -124,7 +136,38 @@ class Tuner:
             role = self._confirmation(sum(t.number < trial.number for t in running))
             if role is not None:
                 return role
-        return self._next_seed() or self._recheck()
+        return self._next_seed() or self._recheck() or self._race_early(study, trial)
+
+    def _race_early(self, study: optuna.Study, trial: FrozenTrial) -> Role | None:
+        """A re-measurement before the tail, when the crown's expected gain from it beats
+        that of the guided sampler's best unmeasured config (see ``confirm``)."""
+        if not self.settings.race_early or self.sampler is None or not self.settings.confirm:
+            return None
+        running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        if [t.number for t in running] != [trial.number]:
+            return None  # other workers are launching: leave re-measuring to the tail
+        found = beliefs(
+            self.index,
+            maximize=self.maximize,
+            sampler=self.sampler,
+            prior=self.settings.crown_prior,
+        )
+        pick = race(
+            self.index,
+            maximize=self.maximize,
+            sampler=self.sampler,
+            prior=self.settings.crown_prior,
+        )
+        if pick is None or len(found) < 2:
+            return None
+        order = sorted(found.values(), key=lambda b: -b.mean)
+        leader = order[0].mean
+        best_other = order[1].mean if found[pick.key] is order[0] else leader
+        if found[pick.key].gain(best_other) <= exploration_gain(
+            self.index, self.sampler, leader, maximize=self.maximize
+        ):
+            return None
+        return Role(dict(pick.params), confirms=pick.first_trial)
 
     def _recheck(self) -> Role | None:
         """A re-measurement of the leader when it was measured once (one lucky run is
@@ -152,7 +195,13 @@ class Tuner:
         the tail, else the top candidate measured least often (best first among equals;
         with ``ahead`` trials of other workers started before this one, the next among
         equals, so that workers reaching the tail together re-measure different configs)."""
-        contested = duel(self.index, maximize=self.maximize, sampler=self.sampler)
+        pick = race if self.settings.race else duel
+        contested = pick(
+            self.index,
+            maximize=self.maximize,
+            sampler=self.sampler,
+            prior=self.settings.crown_prior,
+        )
         if (
             ahead == 0
             and contested is not None
@@ -160,7 +209,11 @@ class Tuner:
         ):
             return Role(dict(contested.params), confirms=contested.first_trial)
         targets = confirmation_targets(
-            self.index, self.settings.confirm, maximize=self.maximize, sampler=self.sampler
+            self.index,
+            min(self.settings.confirm, PARALLEL_TARGETS),
+            maximize=self.maximize,
+            sampler=self.sampler,
+            prior=self.settings.crown_prior,
         )
         if not targets:
             return None
@@ -263,7 +316,12 @@ class Tuner:
 
     def crowned(self) -> Measured | None:
         """The config the tuner would hand over now."""
-        return crown(self.index, maximize=self.maximize, sampler=self.sampler)
+        return crown(
+            self.index,
+            maximize=self.maximize,
+            sampler=self.sampler,
+            prior=self.settings.crown_prior,
+        )
 
     def finish(self, study: optuna.Study) -> Measured | None:
         """Crown the best estimate and store it (study attr ``winner``)."""
