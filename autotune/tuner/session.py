@@ -2,9 +2,10 @@
 
 ``autotune.study`` creates one ``Tuner`` per run. Its ``wrap`` puts a
 ``ScheduledSampler`` around the study's sampler, through which the tuner
-chooses the warm-start seeds (right after the baseline) and the confirmation
-re-measurements (the last ``confirm`` trials of the budget) without enqueueing
-anything; ``twin`` (before launching) and ``record`` (after) keep the index of
+chooses the warm-start seeds (right after the baseline) and the re-measurements
+(the last ``confirm`` trials of the budget, and any earlier trial where a
+re-measurement is worth more than a new config: ``confirm.race``) without
+enqueueing anything; ``twin`` (before launching) and ``record`` (after) keep the index of
 measured launches; ``finish`` crowns. Each technique has its switch in
 ``TunerSettings``.
 """
@@ -141,7 +142,8 @@ class Tuner:
     def _race_early(self, study: optuna.Study, trial: FrozenTrial) -> Role | None:
         """A re-measurement before the tail, when the crown's expected gain from it beats
         that of the guided sampler's best unmeasured config (see ``confirm``)."""
-        if not self.settings.race_early or self.sampler is None or not self.settings.confirm:
+        settings = self.settings
+        if not (settings.race and settings.race_early and settings.confirm) or self.sampler is None:
             return None
         running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
         if [t.number for t in running] != [trial.number]:
