@@ -370,6 +370,7 @@ STRATEGIES: dict[str, tuple[str, TunerSettings]] = {
     "default, no racing (duel)": ("guided", replace(DEFAULT, race=False, race_early=False)),
     "default, no early racing": ("guided", replace(DEFAULT, race_early=False)),
     "default, crown prior": ("guided", replace(DEFAULT, crown_prior=True)),
+    "default, no exploring tail": ("guided", replace(DEFAULT, explore_tail=False)),
     "default, no dedup": ("guided", replace(DEFAULT, dedup=False)),
     "default, recheck": ("guided", replace(DEFAULT, recheck=True)),
     # pruning is on or off by default (docs/benchmarks.md); the other way round:

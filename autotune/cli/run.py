@@ -133,7 +133,7 @@ def run(
         int,
         typer.Option(
             "--confirm",
-            help="Last trials spent re-measuring the top configs, at most half (0: off).",
+            help="Last trials spent re-measuring the top configs (0: off; README: the cap).",
         ),
     ] = TunerSettings.confirm,
     race: Annotated[
@@ -158,6 +158,14 @@ def run(
             help="Weigh the simulator's corrected prediction into the winner's estimate.",
         ),
     ] = TunerSettings.crown_prior,
+    explore_tail: Annotated[
+        bool,
+        typer.Option(
+            "--explore-tail/--no-explore-tail",
+            help="Launch a new config in the last trials while one is predicted to beat the "
+            "leader (guided).",
+        ),
+    ] = TunerSettings.explore_tail,
     dedup: Annotated[
         bool,
         typer.Option("--dedup/--no-dedup", help="Never launch the same effective config twice."),
@@ -275,6 +283,7 @@ def run(
             race=race,
             race_early=race_early,
             crown_prior=crown_prior,
+            explore_tail=explore_tail,
             dedup=dedup,
             recheck=recheck,
             prune=prune,

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
@@ -34,7 +35,7 @@ from autotune.tuner.confirm import (
     exploration_gain,
     race,
 )
-from autotune.tuner.guide import Guide, PredictionCache, build_guide
+from autotune.tuner.guide import Guide, PredictionCache, build_guide, utility_of
 from autotune.tuner.lattice import Candidate
 from autotune.tuner.measured import Measured, MeasuredIndex
 from autotune.tuner.predictor import SimOracle
@@ -44,6 +45,7 @@ from autotune.tuner.schedule import Role, ScheduledSampler
 
 PENDING_POLL_S = 1.0  # how often a worker looks whether another's measurement has landed
 TIMED_CONFIRM = 3  # re-measurements after a timed run's time is up (it raced before)
+SEARCHED = 2  # guided configs launched after the seeds before the racing tail may begin
 PARALLEL_TARGETS = 3  # workers in the tail together re-measure among this many top configs
 
 
@@ -53,10 +55,11 @@ class TunerSettings:
 
     warm_start: int = 4  # predicted-best configs launched after the baseline (0: off)
     learn: bool = True  # learn the simulator's residual from measurements
-    confirm: int = 15  # trials at the end of the budget spent re-measuring (0: off)
+    confirm: int = 24  # trials at the end of the budget spent re-measuring (0: off)
     race: bool = True  # re-measure where it most raises the crown's expected value (off: duel)
     race_early: bool = True  # re-measure before the tail when worth more than exploring
     crown_prior: bool = False  # the crown weighs the simulator's corrected prediction too
+    explore_tail: bool = True  # the tail explores while a config is predicted to beat the leader
     dedup: bool = True  # never launch a measured effective config again
     recheck: bool = False  # re-measure a new leader measured once, at once (bench: off wins)
     prune: bool = DEFAULT_PRUNE  # stop a trial whose throughput so far is far below the best's
@@ -124,20 +127,37 @@ class Tuner:
 
     @property
     def confirm_slots(self) -> int:
-        """Trials at the end of the budget kept for re-measurements (at most half of it)."""
+        """Trials at the end of the budget kept for re-measurements: at most half of it, or
+        with the guide's warm start, all but the baseline, the seeds and ``SEARCHED`` more."""
         if self.n_trials is None:
             return min(self.settings.confirm, TIMED_CONFIRM)
-        return max(0, min(self.settings.confirm, (self.n_trials - 1) // 2))
+        most = (self.n_trials - 1) // 2
+        if self.sampler is not None and self._seeds:
+            most = max(most, self.n_trials - 1 - len(self._seeds) - SEARCHED)
+        return max(0, min(self.settings.confirm, most))
 
     def next_role(self, study: optuna.Study, trial: FrozenTrial) -> Role | None:
         """What the new ``trial`` launches, if the tuner decides it (see the module docstring)."""
         self.sync(study)  # what other workers measured or are launching
-        if self._in_tail(study):
+        if self._in_tail(study) and not self._promising():
             running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
             role = self._confirmation(sum(t.number < trial.number for t in running))
             if role is not None:
                 return role
         return self._next_seed() or self._recheck() or self._race_early(study, trial)
+
+    def _promising(self) -> bool:
+        """Whether the simulator plus the learned residual expects an unmeasured config to
+        beat the leader (then the tail still explores; ``explore_tail``)."""
+        if not self.settings.explore_tail or self.sampler is None:
+            return False
+        leader = self.crowned()
+        if leader is None:
+            return False
+        mean, _ = self.sampler.estimates()
+        tried = self.sampler.guide.equivalent_to(set(self.index.by_key) | self.index.pending)
+        best = np.where(tried | ~np.isfinite(mean), -np.inf, mean).max(initial=-np.inf)
+        return bool(best > utility_of(leader.mean, self.maximize))
 
     def _race_early(self, study: optuna.Study, trial: FrozenTrial) -> Role | None:
         """A re-measurement before the tail, when the crown's expected gain from it beats
