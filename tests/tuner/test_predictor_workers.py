@@ -83,3 +83,27 @@ def test_prediction_workers_die_when_autotune_is_killed() -> None:
         for worker in workers:
             if _alive(worker):
                 os.kill(worker, signal.SIGKILL)
+
+
+# Ctrl-C exactly while the workers fork: the parent's fork hook is where it lands.
+INTERRUPTED_AT_FORK = """
+import os, signal, sys
+os.register_at_fork(after_in_parent=lambda: os.kill(os.getpid(), signal.SIGINT))
+try:
+{predicting}
+except KeyboardInterrupt:
+    sys.exit(130)
+sys.exit(0)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork hook is POSIX")
+def test_ctrl_c_while_the_workers_fork_is_not_lost() -> None:
+    predicting = PREDICTING.format(workload=str(REPO / "workloads" / "sample-claudecode.jsonl"))
+    predicting = predicting.replace("configs * 4", "configs[:64]")
+    indented = "\n".join("    " + line for line in predicting.splitlines())
+    done = subprocess.run(
+        [sys.executable, "-c", INTERRUPTED_AT_FORK.format(predicting=indented)],
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert done.returncode == 130, done.stderr[-2000:]
