@@ -22,8 +22,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from autotune.engines._watchdog import session_members
@@ -48,6 +49,29 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def interrupt_after_forks() -> Iterator[None]:
+    """Hold a Ctrl-C that arrives while we fork until the block is done.
+
+    Python runs fork hooks (logging's lock release) in the parent after each fork it
+    makes itself (a process pool's, a ``Popen`` with ``preexec_fn``), and a
+    KeyboardInterrupt raised inside one is printed and ignored: the run then went on as
+    if Ctrl-C had never been pressed. Here the signal only sets a flag meanwhile.
+    """
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or not callable(previous):
+        yield
+        return
+    pressed: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: pressed.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if pressed:
+        previous(signal.SIGINT, None)  # Python's own handler: KeyboardInterrupt
 
 
 def child_preexec() -> Callable[[], None] | None:
@@ -97,26 +121,29 @@ class ServerProcess:
         failure classifier skips them).
         Raises ``EngineError`` when the executable cannot be started at all.
         """
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with log_path.open("wb") as log_file:
-            header = "".join(f"{AUTOTUNE_LINE_PREFIX}{line}\n" for line in preamble)
-            log_file.write(header.encode())
-            log_file.flush()
-            try:
-                popen = subprocess.Popen(
-                    list(argv),
-                    stdin=subprocess.DEVNULL,
-                    stdout=log_file,
-                    stderr=subprocess.STDOUT,
-                    env=dict(env),
-                    start_new_session=True,
-                    # Two libc calls after fork: safe even with other threads running.
-                    preexec_fn=child_preexec(),
-                )
-            except OSError as exc:
-                raise EngineError(f"cannot start {argv[0]}: {exc}") from exc
-        server = cls(popen, _Watchdog.start(popen.pid), log_path)
-        _LIVE[popen.pid] = server
+        # Python's fork hooks run for a preexec_fn; a Ctrl-C meanwhile is raised once the
+        # server is registered, so the interrupt handler stops it.
+        with interrupt_after_forks():
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            with log_path.open("wb") as log_file:
+                header = "".join(f"{AUTOTUNE_LINE_PREFIX}{line}\n" for line in preamble)
+                log_file.write(header.encode())
+                log_file.flush()
+                try:
+                    popen = subprocess.Popen(
+                        list(argv),
+                        stdin=subprocess.DEVNULL,
+                        stdout=log_file,
+                        stderr=subprocess.STDOUT,
+                        env=dict(env),
+                        start_new_session=True,
+                        # Two libc calls after fork: safe even with other threads running.
+                        preexec_fn=child_preexec(),
+                    )
+                except OSError as exc:
+                    raise EngineError(f"cannot start {argv[0]}: {exc}") from exc
+            server = cls(popen, _Watchdog.start(popen.pid), log_path)
+            _LIVE[popen.pid] = server
         return server
 
     @property

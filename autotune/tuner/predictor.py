@@ -13,12 +13,11 @@ import io
 import multiprocessing
 import os
 import signal
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
-from autotune.engines.process import child_preexec
+from autotune.engines.process import child_preexec, interrupt_after_forks
 from autotune.errors import InputError
 from autotune.objective import Goal, Score, request_slo, score
 from autotune.prescreen import memory_margin
@@ -92,28 +91,6 @@ def score_prediction(goal: Goal, prediction: Prediction) -> Score:
 _WORKER_ORACLE: SimOracle | None = None
 
 
-@contextlib.contextmanager
-def _interrupt_after_forks() -> Iterator[None]:
-    """Hold a Ctrl-C that arrives while workers fork until the forks are done.
-
-    Python runs fork hooks (logging's lock release) in the parent after each fork, and a
-    KeyboardInterrupt raised inside one is printed and ignored: the run then went on as
-    if Ctrl-C had never been pressed. Here the signal only sets a flag meanwhile.
-    """
-    previous = signal.getsignal(signal.SIGINT)
-    if threading.current_thread() is not threading.main_thread() or not callable(previous):
-        yield
-        return
-    pressed: list[int] = []
-    signal.signal(signal.SIGINT, lambda signum, frame: pressed.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if pressed:
-        previous(signal.SIGINT, None)  # Python's own handler: KeyboardInterrupt
-
-
 def _init_worker(oracle: SimOracle, die_with_parent: Callable[[], None] | None) -> None:
     global _WORKER_ORACLE
     _WORKER_ORACLE = oracle
@@ -154,7 +131,7 @@ def predict_iter(
         initargs=(oracle, child_preexec()),
     )
     try:
-        with _interrupt_after_forks():  # the first submit forks every worker
+        with interrupt_after_forks():  # the first submit forks every worker
             futures = [pool.submit(_score_in_worker, config) for config in configs]
         for future in futures:
             yield future.result()

@@ -148,3 +148,33 @@ def test_kill_9_of_autotune_leaves_no_server(tmp_path):
         for pid in members:
             if _pid_alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+# Ctrl-C exactly while a server forks: Python's fork hooks (a preexec_fn runs them) are
+# where it lands. It must still interrupt, with the server registered for stopping.
+INTERRUPTED_AT_FORK = """
+import os, signal, sys
+from pathlib import Path
+from autotune.engines.process import ServerProcess, _LIVE, kill_all_servers
+os.register_at_fork(after_in_parent=lambda: os.kill(os.getpid(), signal.SIGINT))
+try:
+    ServerProcess.start(["sleep", "60"], env=dict(os.environ), log_path=Path({log!r}))
+except KeyboardInterrupt:
+    pids = list(_LIVE)
+    kill_all_servers()
+    print(*pids)
+    sys.exit(130)
+sys.exit(0)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="preexec_fn is POSIX")
+def test_ctrl_c_while_a_server_forks_interrupts_and_the_server_is_stopped(tmp_path) -> None:
+    script = INTERRUPTED_AT_FORK.format(log=str(tmp_path / "server.log"))
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 130, done.stdout + done.stderr
+    pids = [int(pid) for pid in done.stdout.split()]
+    assert len(pids) == 1  # registered before the interrupt was raised
+    assert _wait_until(lambda: not _pid_alive(pids[0]), 10)
