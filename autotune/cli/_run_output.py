@@ -91,7 +91,14 @@ def summary_lines(loaded: LoadedStudy) -> list[str]:
     """The end-of-run summary: best, gain, latency against the baseline, the command."""
     best = best_or_none(loaded)
     if best is None:
-        return ["[red]No feasible configuration yet[/red] (see `autotune show`)."]
+        lines = ["[red]No feasible configuration yet[/red] (see `autotune show`)."]
+        warm = TunerStudyRecord.read(loaded.study.user_attrs).warm_start
+        if warm and warm.predicted_feasible == 0:
+            lines.append(
+                f"  none of {warm.effective_configs:,} configs was predicted to meet the "
+                "limits either: relax the SLO or slice the workload (autotune workload slice)"
+            )
+        return lines
     metric = METRIC_NAMES[ObjectiveName(loaded.info.primary_objective)]
     value = best.values[0] if best.values else float("nan")
     gain = loaded.gain_over_baseline(best)

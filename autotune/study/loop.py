@@ -19,6 +19,7 @@ from autotune.study.storage import (
     storage_write_errors,
 )
 from autotune.trial_record import TrialRecord, outcome_text
+from autotune.tuner.reach import out_of_reach
 from autotune.tuner.session import Tuner
 
 
@@ -35,6 +36,9 @@ def run_study(spec: StudySpec, *, observer: StudyObserver | None = None) -> optu
     tuner = make_tuner(spec, engine_version, say=observer.on_phase if observer else None)
     if observer is not None and tuner.describe():
         observer.on_phase(tuner.describe() or "")
+        unmet = out_of_reach(tuner.guide, spec.goal) if tuner.guide is not None else None
+        if unmet:
+            observer.on_phase(unmet)
     study = create_or_resume(spec, storage, engine_version, tuner)
     if spec.join:
         return _join(spec, study, engine_version, observer, tuner)

@@ -4,6 +4,9 @@
 memory pre-screen rejects, predicts the rest with the simulator (worker
 processes; a cache keyed by the launch keeps repeat runs free) and keeps the
 predicted objective of each. The sampler and the warm-start seeds read it.
+When too few configs are predicted feasible (an SLO out of reach on this GPU and
+traffic), the ones predicted to run come next, nearest to feasible first: least
+``shortfall``, the largest predicted constraint margin (e.g. p95 TTFT / limit - 1).
 """
 
 from __future__ import annotations
@@ -44,24 +47,39 @@ class Guide:
     utility: np.ndarray  # NaN where predicted infeasible or not predictable
     coords: np.ndarray  # one row per candidate (see ``encode``)
     encode: Any  # params -> coordinate row
+    # The prediction of each candidate (None: predicted to OOM or crash, or not predicted).
+    scores: list[Score | None] | None = None
     seconds: float = 0.0  # time spent enumerating and predicting
     by_key: dict[str, int] = field(default_factory=dict)
+    shortfall: np.ndarray = field(init=False)  # NaN where not predicted to run at all
 
     def __post_init__(self) -> None:
         self.by_key = {candidate.key: index for index, candidate in enumerate(self.candidates)}
+        scores = self.scores or [None] * len(self.candidates)
+        self.shortfall = np.array(
+            [
+                max(s.constraints.values(), default=0.0) if s is not None and s.values else np.nan
+                for s in scores
+            ],
+            dtype=float,
+        )
 
     @property
     def predicted(self) -> int:
         return int(np.isfinite(self.utility).sum())
 
+    def nearest(self) -> np.ndarray:
+        """Indices of the candidates predicted to run but to miss a constraint, least
+        shortfall first (predicted OOM and unpredicted ones are not among them)."""
+        infeasible = np.flatnonzero(~np.isfinite(self.utility) & np.isfinite(self.shortfall))
+        return infeasible[np.argsort(self.shortfall[infeasible], kind="stable")]
+
     def diverse_top(self, count: int, *, exclude: set[str] = frozenset()) -> list[Candidate]:
-        """The ``count`` best predicted candidates, each far enough from the ones before."""
-        order = [i for i in np.argsort(-np.nan_to_num(self.utility, nan=-np.inf))]
-        order = [
-            i
-            for i in order
-            if np.isfinite(self.utility[i]) and self.candidates[i].key not in exclude
-        ]
+        """The ``count`` best predicted candidates, each far enough from the ones before;
+        when fewer are predicted feasible, the nearest to feasible fill the rest."""
+        best = [i for i in np.argsort(-np.nan_to_num(self.utility, nan=-np.inf))]
+        best = [i for i in best if np.isfinite(self.utility[i])]
+        order = [i for i in [*best, *self.nearest()] if self.candidates[i].key not in exclude]
         picked: list[int] = []
         for i in order:
             if len(picked) == count:
@@ -74,7 +92,10 @@ class Guide:
         distance = float(np.linalg.norm(self.coords[i] - self.coords[j]))
         if distance < MIN_SEED_DISTANCE:
             return True
-        same = abs(self.utility[i] - self.utility[j]) < SAME_PREDICTION
+        if np.isfinite(self.utility[i]) != np.isfinite(self.utility[j]):
+            return False
+        rank = self.utility if np.isfinite(self.utility[i]) else self.shortfall
+        same = abs(rank[i] - rank[j]) < SAME_PREDICTION
         return bool(same and distance < EQUIVALENT_DISTANCE)
 
     def equivalent_to(self, keys: set[str]) -> np.ndarray:
@@ -82,11 +103,14 @@ class Guide:
         simulator can tell (the same prediction, near in the space)."""
         mask = np.array([c.key in keys for c in self.candidates], dtype=bool)
         for j in (self.by_key[key] for key in keys if key in self.by_key):
-            if not np.isfinite(self.utility[j]):
+            # A feasible one by its predicted value, one that misses an SLO by its shortfall.
+            rank = self.utility if np.isfinite(self.utility[j]) else self.shortfall
+            if not np.isfinite(rank[j]):
                 continue
             near = np.linalg.norm(self.coords - self.coords[j], axis=1) < EQUIVALENT_DISTANCE
-            same = np.abs(self.utility - self.utility[j]) < SAME_PREDICTION
-            mask |= near & same
+            same = np.abs(rank - rank[j]) < SAME_PREDICTION
+            alike = np.isfinite(self.utility) == np.isfinite(self.utility[j])
+            mask |= near & same & alike
         return mask
 
 
@@ -162,8 +186,8 @@ def build_guide(
             )
         )
     utility = np.full(len(candidates), np.nan)
-    for index, candidate in enumerate(candidates):
-        scored = cache.get(candidate.key)
+    scores = [cache.get(candidate.key) for candidate in candidates]
+    for index, scored in enumerate(scores):
         if scored is not None and scored.feasible and scored.values:
             utility[index] = utility_of(scored.values[0], maximize)
     encode = make_encoder(space, engine_version)
@@ -173,6 +197,7 @@ def build_guide(
         utility=utility,
         coords=coords,
         encode=encode,
+        scores=scores,
         seconds=time.monotonic() - started,
     )
 

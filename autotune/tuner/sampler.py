@@ -3,8 +3,10 @@
 estimate = predicted utility + learned residual (autotune.tuner.residual) +
 ``EXPLORATION`` x its posterior spread, over the effective configs not measured
 yet (nor predicted to behave exactly like a measured one: ``Guide.equivalent_to``).
-Without learning the estimate is the prediction alone. When the lattice
-has nothing left (or no prediction), parameters come from a random sampler.
+Without learning the estimate is the prediction alone. When no config left is
+predicted feasible (an SLO out of reach), the next is the one predicted nearest
+to feasible (``Guide.nearest``), never one predicted to OOM; when the lattice has
+nothing left (or no prediction), parameters come from a random sampler.
 """
 
 from __future__ import annotations
@@ -58,9 +60,10 @@ class GuidedSampler(BaseSampler):
         estimate = mean + EXPLORATION * spread
         tried = self.guide.equivalent_to(set(self.index.by_key) | self.index.pending)
         estimate = np.where(tried | ~np.isfinite(estimate), -np.inf, estimate)
-        if not len(estimate) or not np.isfinite(estimate.max()):
-            return {}
-        return dict(self.guide.candidates[int(np.argmax(estimate))].params)
+        if len(estimate) and np.isfinite(estimate.max()):
+            return dict(self.guide.candidates[int(np.argmax(estimate))].params)
+        nearest = [i for i in self.guide.nearest() if not tried[i]]
+        return dict(self.guide.candidates[nearest[0]].params) if nearest else {}
 
     def sample_independent(
         self,

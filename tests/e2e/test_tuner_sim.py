@@ -152,3 +152,31 @@ def test_a_killed_study_resumes_to_exactly_its_budget(tmp_path: Path, spawn) -> 
     no_waiting(study)
     assert len(study.get_trials(states=(TrialState.FAIL,))) == 1  # the killed trial
     assert TunerStudyRecord.read(study.user_attrs).winner is not None
+
+
+@pytest.mark.timeout(420)
+def test_an_slo_out_of_reach_is_said_in_stdout_redirected_to_a_file(tmp_path: Path) -> None:
+    db = tmp_path / "studies" / "autotune.db"
+    log = tmp_path / "run.log"
+    with log.open("w") as stdout:
+        done = subprocess.run(
+            autotune_argv(
+                "run", "--workload", str(SAMPLE_WORKLOAD), "--engine", "sim",
+                "--hardware", "rtx4080s-32g", "--model", "qwen3.6-27b-awq",
+                "--space", str(SMALL), "--storage", f"sqlite:///{db}", "--study", "t",
+                "--seed", "1", *FAST, "--trials", "3", "--slo", "ttft_p95<=10ms",
+            ),
+            cwd=tmp_path, stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=400,
+        )  # fmt: skip
+    text = log.read_text()
+    assert done.returncode == 0, text + done.stderr
+    line = next(x for x in text.splitlines() if "No configuration is predicted to meet" in x)
+    assert "ttft_p95<=10ms: the best predicted p95 TTFT is" in line
+    assert "relax the SLO or slice the workload" in line
+    assert "none of 30 configs was predicted to meet the limits either" in text
+    # The seeds after the baseline are the nearest configs, each launched (none predicted-OOM).
+    study = optuna.load_study(study_name="t", storage=f"sqlite:///{db}")
+    trials = study.get_trials(states=(TrialState.COMPLETE,))
+    assert [record(t).warm_start for t in trials[1:]] == [1, 2]
+    assert all(record(t).outcome == "slo-violated" for t in trials)
+    assert set(trial_logs(tmp_path / "studies" / "runs")) == {0, 1, 2}
