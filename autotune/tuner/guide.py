@@ -49,12 +49,15 @@ class Guide:
     encode: Any  # params -> coordinate row
     # The prediction of each candidate (None: predicted to OOM or crash, or not predicted).
     scores: list[Score | None] | None = None
+    unpredicted: np.ndarray | None = None  # True where the warm start's budget ran out first
     seconds: float = 0.0  # time spent enumerating and predicting
     by_key: dict[str, int] = field(default_factory=dict)
     shortfall: np.ndarray = field(init=False)  # NaN where not predicted to run at all
 
     def __post_init__(self) -> None:
         self.by_key = {candidate.key: index for index, candidate in enumerate(self.candidates)}
+        if self.unpredicted is None:
+            self.unpredicted = np.zeros(len(self.candidates), dtype=bool)
         scores = self.scores or [None] * len(self.candidates)
         self.shortfall = np.array(
             [
@@ -198,6 +201,7 @@ def build_guide(
         coords=coords,
         encode=encode,
         scores=scores,
+        unpredicted=np.array([c.key not in cache for c in candidates], dtype=bool),
         seconds=time.monotonic() - started,
     )
 

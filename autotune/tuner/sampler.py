@@ -5,8 +5,10 @@ estimate = predicted utility + learned residual (autotune.tuner.residual) +
 yet (nor predicted to behave exactly like a measured one: ``Guide.equivalent_to``).
 Without learning the estimate is the prediction alone. When no config left is
 predicted feasible (an SLO out of reach), the next is the one predicted nearest
-to feasible (``Guide.nearest``), never one predicted to OOM; when the lattice has
-nothing left (or no prediction), parameters come from a random sampler.
+to feasible (``Guide.nearest``), never one predicted to OOM; then one the warm
+start had no time to predict (each passed the memory pre-screen, so no proposal
+spends a trial on a predicted OOM). When the lattice has nothing left,
+parameters come from a random sampler.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ class GuidedSampler(BaseSampler):
         self.maximize = maximize
         self.learn = learn
         self._fallback = RandomSampler(seed=seed)
+        self._rng = np.random.default_rng(seed)
 
     def infer_relative_search_space(
         self, study: optuna.Study, trial: FrozenTrial
@@ -63,7 +66,12 @@ class GuidedSampler(BaseSampler):
         if len(estimate) and np.isfinite(estimate.max()):
             return dict(self.guide.candidates[int(np.argmax(estimate))].params)
         nearest = [i for i in self.guide.nearest() if not tried[i]]
-        return dict(self.guide.candidates[nearest[0]].params) if nearest else {}
+        if nearest:
+            return dict(self.guide.candidates[nearest[0]].params)
+        unknown = np.flatnonzero(self.guide.unpredicted & ~tried)
+        if len(unknown):
+            return dict(self.guide.candidates[int(self._rng.choice(unknown))].params)
+        return {}
 
     def sample_independent(
         self,

@@ -121,3 +121,45 @@ def test_no_line_and_best_first_seeds_when_the_slo_is_in_reach() -> None:
     utility = tuner.guide.utility
     first = tuner.guide.by_key[tuner._seeds[0].key]
     assert utility[first] == np.nanmax(utility)
+
+
+def test_what_the_warm_start_had_no_time_to_predict_comes_next_never_a_pre_screen_reject() -> None:
+    space = load_space(SMALL)
+    goal = Goal(objectives=[ObjectiveName.THROUGHPUT], slos=parse_slos(["ttft_p95<=10ms"]))
+    oracle = SimOracle(
+        hardware=HARDWARE,
+        sim_model=SIM_MODEL,
+        plan=load_plan(WORKLOAD),
+        load=LoadSpec(concurrency=4, max_requests=10),
+        goal=goal,
+    )
+    tuner = Tuner(
+        TunerSettings(warm_start=1, warm_start_budget_s=1e-9),  # stops after one prediction
+        space=space,
+        model=SIM_MODEL,
+        engine_version=None,
+        prescreen=make_prescreen(hardware=HARDWARE, sim_model=SIM_MODEL),
+        oracle=oracle,
+        maximize=True,
+        guided=True,
+        seed=1,
+    )
+    guide, sampler = tuner.guide, tuner.sampler
+    assert guide is not None and sampler is not None
+    assert guide.unpredicted.sum() == len(guide.candidates) - 1
+    for seed in tuner._seeds:  # the one predicted config, launched as the seed
+        tuner.index.add(
+            seed.key, params=seed.params, trial=0, values=[1.0], constraints={}, measured=True
+        )
+    by_params = {str(c.params): c for c in guide.candidates}
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    proposed = []
+    for number in range(1, 9):
+        params = study.ask(tuner.distributions).params
+        candidate = by_params[str(params)]  # a config of the lattice: it passed the pre-screen
+        assert guide.unpredicted[guide.by_key[candidate.key]]
+        tuner.index.add(
+            candidate.key, params=params, trial=number, values=[1.0], constraints={}, measured=True
+        )
+        proposed.append(candidate.key)
+    assert len(set(proposed)) == 8
