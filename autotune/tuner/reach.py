@@ -5,6 +5,7 @@ on a 32 GB card), naming the limit, the nearest prediction and its config."""
 from __future__ import annotations
 
 from autotune.objective import Goal, Score
+from autotune.progress import params_text
 from autotune.tuner.guide import Guide
 
 METRIC_WORDS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "end-to-end latency"}
@@ -37,8 +38,8 @@ def out_of_reach(guide: Guide, goal: Goal) -> str | None:
     assert score is not None  # nearest() holds predicted candidates only
     missed = [slo for slo in goal.slos if score.constraints.get(slo.key, 0.0) > 0]
     failing = ", ".join(slo.text for slo in missed) or limits
-    params = guide.candidates[index].params.items()
-    config = " ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in params)
+    candidate = guide.candidates[index]
+    config = params_text(candidate.params, dict(candidate.config.flags))  # derived: marked *
     return (
         f"No configuration is predicted to meet {failing}: {_shortfall_text(score, goal)} "
         f"({config}). {SLICE_HINT}"
