@@ -44,6 +44,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import optuna
 
 from autotune.replay.load import LoadSpec
@@ -57,11 +58,11 @@ from autotune.sim.speed_constants import DEFAULT_CONSTANTS, SpeedConstants
 from autotune.sim.startup import startup_phases
 from autotune.space import SEARCH_SPACES_DIR, SearchSpace
 from autotune.study import StudySpec, run_study
-from autotune.trial import TrialResult
+from autotune.trial import TrialResult, derive_config
 from autotune.trial_config import TrialConfig
-from autotune.tuner.guide import _ENUMERATIONS
+from autotune.tuner.guide import _ENUMERATIONS, make_encoder
 from autotune.tuner.kv_bounds import largest_kv_pool_bytes, shaped
-from autotune.tuner.lattice import config_key, ladder
+from autotune.tuner.lattice import Candidate, config_key, ladder
 from autotune.tuner.predictor import SimOracle, predict_all
 from autotune.tuner.session import TunerSettings
 from autotune.vocabulary import Outcome
@@ -98,6 +99,9 @@ class Landscape:
     workload: Callable[[Path], Path]  # directory -> the workload file (written there if made)
     load: LoadSpec
     shape_kv: bool = False  # KV range as the run's warning says: a share of the largest pool
+    truth_of: str | None = None  # draw the truth's constants as this landscape's do
+    mtp_acceptance_factors: tuple[float, ...] = ()  # per draft position, on that draw's
+    adverse: bool = True  # also run the adverse truth
 
 
 def generated(name: str, make: Callable[[], Workload]) -> Callable[[Path], Path]:
@@ -137,20 +141,39 @@ LANDSCAPES = {
         LoadSpec(),
         shape_kv=True,
     ),
+    # The README's case where the simulator is wrong about the optimum: MTP's first draft
+    # is accepted at the catalog's rate, its second and third at a tenth of it (Qwen3.6's
+    # MTP head is one layer, chained on its own output for k > 1; on a 4-bit checkpoint the
+    # chained drafts drift; the field notes: acceptance "swings widely with the task").
+    # The simulator's whole top is MTP 2-3 with LMCache; the truth's optimum is MTP 1.
+    "readme-misled": Landscape(
+        "readme-misled",
+        "rtx4080s-32g",
+        "qwen3.6-27b-awq",
+        SEARCH_SPACES_DIR / "qwen3.6-27b-awq.yaml",
+        lambda _: REPO / "workloads" / "sample-claudecode.jsonl",
+        LoadSpec(),
+        truth_of="readme",
+        mtp_acceptance_factors=(1.0, 0.1, 0.1),
+        adverse=False,
+    ),
 }
 
 
 def truth_constants(landscape: str, adverse: bool) -> SpeedConstants:
     """The landscape's truth: every speed constant off by up to ~30%, seeded by its name."""
-    rng = random.Random(f"truth:{landscape}")
+    shape = LANDSCAPES[landscape]
+    rng = random.Random(f"truth:{shape.truth_of or landscape}")
     base = DEFAULT_CONSTANTS.model_dump()
     values: dict[str, Any] = {}
     for name, value in base.items():
         if isinstance(value, float):
             factor = math.exp(rng.uniform(-0.3, 0.3))
             values[name] = min(value * factor, 1.0) if "efficiency" in name else value * factor
-    model = get_model(LANDSCAPES[landscape].model)
+    model = get_model(shape.model)
     acceptance = [min(0.98, p * rng.uniform(0.85, 1.08)) for p in model.default_mtp_acceptance]
+    factors = [*shape.mtp_acceptance_factors, *[1.0] * len(acceptance)]
+    acceptance = [p * f for p, f in zip(acceptance, factors, strict=False)]
     if adverse:  # what the simulator likes most is worse than it thinks
         acceptance = [p * 0.6 for p in acceptance]
         values["draft_pass_overhead_s"] *= 2.5
@@ -159,6 +182,14 @@ def truth_constants(landscape: str, adverse: bool) -> SpeedConstants:
         values["piecewise_overhead_s"] *= 2.0
     values["mtp_acceptance"] = tuple(acceptance) or None
     return SpeedConstants(**values)
+
+
+def truth_of(landscape: Landscape, spec: StudySpec, constants: SpeedConstants) -> SimOracle:
+    """The simulator under the truth's constants, for the study ``prepare`` set up."""
+    calibration = CalibrationProfile(constants=constants, source="bench truth")
+    return SimOracle(
+        landscape.hardware, landscape.model, spec.plan, spec.load, spec.goal, calibration
+    )
 
 
 @dataclass
@@ -490,12 +521,13 @@ def exhaustive(setup: dict, landscape: Landscape, truth: Truth) -> tuple[float, 
 
     started = time.monotonic()
     spec: StudySpec = setup["spec"]
-    key = (spec.space.digest(), spec.model, None, id(spec.prescreen))
+    version = spec.engine.version()  # the study's: its gates decide the flags launched
+    key = (spec.space.digest(), spec.model, version, id(spec.prescreen))
     if key not in _ENUMERATIONS:  # the guide's memo: the studies do not enumerate again
         _ENUMERATIONS[key] = [
             c
             for c in enumerate_effective(
-                spec.space, model=spec.model, engine_version=None, prescreen=spec.prescreen
+                spec.space, model=spec.model, engine_version=version, prescreen=spec.prescreen
             )
             if c.memory is None or c.memory.fits
         ]
@@ -506,6 +538,53 @@ def exhaustive(setup: dict, landscape: Landscape, truth: Truth) -> tuple[float, 
         truth.values[candidate.key] = scored.values[0] if scored and scored.feasible else None
     values = [v for c in candidates if (v := truth.values[c.key]) is not None]
     return max(values), len(candidates), time.monotonic() - started
+
+
+def misled_by(setup: dict, truth: Truth) -> dict:
+    """How wrong the tuner's simulator is about the truth's optimum over the lattice: the
+    optimum's rank in the tuner's own prediction (1 + the configs predicted better), the
+    distance from the predicted optimum to it (the guide's coordinates: a categorical
+    change is 1, a numeric parameter its range's fraction), and the true value of the
+    predicted optimum against the truth's. Fills the tuner's prediction cache, as the
+    guide of the first guided study would."""
+    spec: StudySpec = setup["spec"]
+    version = spec.engine.version()
+    candidates = _ENUMERATIONS[(spec.space.digest(), spec.model, version, id(spec.prescreen))]
+    cache = setup["cache"]
+    missing = [c for c in candidates if c.key not in cache]
+    assert spec.oracle is not None
+    scores = predict_all(spec.oracle, [c.config for c in missing])
+    for candidate, scored in zip(missing, scores, strict=True):
+        cache[candidate.key] = scored
+
+    def predicted(c: Candidate) -> float:
+        scored = cache[c.key]
+        return scored.values[0] if scored is not None and scored.feasible else -math.inf
+
+    def true(c: Candidate) -> float:
+        value = truth.values[c.key]
+        return -math.inf if value is None else value
+
+    best = max(candidates, key=true)
+    top = max(candidates, key=predicted)
+    encode = make_encoder(spec.space, version)
+    baseline = derive_config(
+        spec.space,
+        spec.space.baseline_params(),
+        model=spec.model,
+        engine_version=version,
+        prescreen=spec.prescreen,
+    )
+    return {
+        "truth_optimum_predicted_rank": 1 + sum(predicted(c) > predicted(best) for c in candidates),
+        "predicted_to_true_distance": round(
+            float(np.linalg.norm(encode(top.params) - encode(best.params))), 2
+        ),
+        "predicted_optimum_true_share": round(true(top) / true(best), 3),
+        "baseline_true_share": round((truth.value(baseline) or 0.0) / true(best), 3),
+        "truth_optimum": best.params,
+        "predicted_optimum": top.params,
+    }
 
 
 def code_digest() -> str:
@@ -610,18 +689,11 @@ def main() -> None:
         spec: StudySpec = setup["spec"]
         setup_key = digest_of(spec.space.digest(), spec.plan, spec.load, spec.goal, spec.model)
         setup["cache"] = cache.setdefault(f"{name}:tuner:{setup_key}", {})
-        for adverse in (False, True):
+        for adverse in (False, True) if landscape.adverse else (False,):
             if args.truth and ("adverse" if adverse else "truthful") not in args.truth:
                 continue
             constants = truth_constants(name, adverse)
-            truth_oracle = SimOracle(
-                landscape.hardware,
-                landscape.model,
-                spec.plan,
-                spec.load,
-                spec.goal,
-                calibration=CalibrationProfile(constants=constants, source="bench truth"),
-            )
+            truth_oracle = truth_of(landscape, spec, constants)
             label = f"{name}{' (adverse)' if adverse else ''}"
             truth_key = f"{label}:{setup_key}:{digest_of(constants.model_dump_json())}"
             truth = Truth(
@@ -630,12 +702,19 @@ def main() -> None:
                 values=cache.setdefault(f"{truth_key}:values", {}),
             )
             optimum, count, seconds = exhaustive(setup, landscape, truth)
+            misled = misled_by(setup, truth)
             if args.cache:
                 args.cache.write_bytes(pickle.dumps(cache))
             if not args.json:
                 print(
                     f"\n{label}: {count} effective configs pass the pre-screen; truth optimum "
-                    f"over them {optimum:,.1f} tok/s ({seconds:.0f} s to predict them all)"
+                    f"over them {optimum:,.1f} tok/s ({seconds:.0f} s to predict them all)\n"
+                    f"  the tuner's simulator ranks it #{misled['truth_optimum_predicted_rank']}"
+                    f"; its own optimum is {misled['predicted_to_true_distance']} away, "
+                    f"{misled['predicted_optimum_true_share']:.3f} of the optimum in truth "
+                    f"(the baseline {misled['baseline_true_share']:.3f})\n"
+                    f"  truth optimum {misled['truth_optimum']}\n"
+                    f"  predicted optimum {misled['predicted_optimum']}"
                 )
             for strategy in strategies:
                 started = time.monotonic()
@@ -652,6 +731,7 @@ def main() -> None:
                     "strategy": strategy,
                     "optimum_tok_s": round(optimum, 2),
                     "optimum_over": "lattice",
+                    **{k: v for k, v in misled.items() if not k.endswith("_optimum")},
                     **summarize(logs, args.launches, optimum),
                     "launched_best_over_optimum": round(
                         max(log.launched_best for log in logs) / optimum, 4
