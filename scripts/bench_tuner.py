@@ -8,6 +8,10 @@ perturbed speed constants (efficiencies, overheads, MTP acceptance; seeded per
 landscape), with 3% noise on every measurement. The tuner's own simulator is
 the unperturbed one, so it never sees the truth. ``adverse`` truths also make
 MTP, large batches and mixed prefill steps worse than the simulator believes.
+``readme-misled`` is the README's truth with MTP's later drafts rarely accepted: its
+optimum is far down the simulator's ranking. Each truth's header says how wrong the
+tuner's simulator is there: the optimum's rank in its prediction, the distance from the
+predicted optimum, and the true value of that and of the baseline (``misled_by``).
 The noise is paired: the k-th measurement of a config at one seed draws the same
 factor in every strategy (``noise_factor``); each sampler has its own seed
 (``sampler_seed``), shared only by the default and its ablations.
