@@ -166,6 +166,14 @@ def run(
             "leader (guided).",
         ),
     ] = TunerSettings.explore_tail,
+    refine: Annotated[
+        bool,
+        typer.Option(
+            "--refine/--no-refine",
+            help="Also rank configs between the lattice's points, near the predicted best "
+            "(guided).",
+        ),
+    ] = TunerSettings.refine,
     dedup: Annotated[
         bool,
         typer.Option("--dedup/--no-dedup", help="Never launch the same effective config twice."),
@@ -284,6 +292,7 @@ def run(
             race_early=race_early,
             crown_prior=crown_prior,
             explore_tail=explore_tail,
+            refine=refine,
             dedup=dedup,
             recheck=recheck,
             prune=prune,

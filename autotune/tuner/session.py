@@ -40,6 +40,7 @@ from autotune.tuner.lattice import Candidate
 from autotune.tuner.measured import Measured, MeasuredIndex
 from autotune.tuner.predictor import SimOracle
 from autotune.tuner.record import TunerStudyRecord, WarmStartSummary, Winner
+from autotune.tuner.refine import refine
 from autotune.tuner.sampler import GuidedSampler
 from autotune.tuner.schedule import Role, ScheduledSampler
 
@@ -60,6 +61,7 @@ class TunerSettings:
     race_early: bool = True  # re-measure before the tail when worth more than exploring
     crown_prior: bool = False  # the crown weighs the simulator's corrected prediction too
     explore_tail: bool = True  # the tail explores while a config is predicted to beat the leader
+    refine: bool = True  # add off-lattice configs near the predicted best (tuner.refine)
     dedup: bool = True  # never launch a measured effective config again
     recheck: bool = False  # re-measure a new leader measured once, at once (bench: off wins)
     prune: bool = DEFAULT_PRUNE  # stop a trial whose throughput so far is far below the best's
@@ -109,6 +111,10 @@ class Tuner:
                 budget_s=settings.warm_start_budget_s,
                 say=say,
             )
+            if settings.refine:
+                self.guide = self._refined(
+                    self.guide, space, model, engine_version, prescreen, oracle, cache, say
+                )
             self.sampler = GuidedSampler(
                 self.guide,
                 self.index,
@@ -119,6 +125,36 @@ class Tuner:
             )
             if settings.warm_start > 0:
                 self._seeds = self.guide.diverse_top(settings.warm_start)
+
+    def _refined(
+        self,
+        guide: Guide,
+        space: SearchSpace,
+        model: str,
+        engine_version: str | None,
+        prescreen: Prescreen | None,
+        oracle: SimOracle,
+        cache: PredictionCache | None,
+        say: Callable[[str], None] | None,
+    ) -> Guide:
+        """``guide`` with off-lattice configs near its predicted best (``tuner.refine``)."""
+        done = refine(
+            guide,
+            space,
+            model=model,
+            engine_version=engine_version,
+            prescreen=prescreen,
+            oracle=oracle,
+            maximize=self.maximize,
+            cache=cache,
+        )
+        if say is not None and done.predictions:
+            say(
+                f"Warm start: refined the predicted best off the lattice: {done.added} more "
+                f"configs ({done.predictions} predictions, {done.seconds:.0f} s), the best "
+                f"predicted {done.gain - 1:+.1%} over the lattice's"
+            )
+        return done.guide
 
     def wrap(self, base: optuna.samplers.BaseSampler) -> ScheduledSampler:
         """The study's sampler: ``base``, with the tuner choosing seeds and confirmations."""

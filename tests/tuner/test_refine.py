@@ -1,0 +1,108 @@
+"""Off-lattice refinement on the real simulator: a small 24 GB long-context case where the
+lattice (max-num-seqs 1, 2, 4, 8) misses the predicted best (max-num-seqs 3)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autotune.run_setup import RunOptions, prepare_study
+from autotune.study import StudySpec
+from autotune.tuner.guide import build_guide
+from autotune.tuner.refine import MAX_PREDICTIONS, Refinement, refine
+from autotune.tuner.session import Tuner, TunerSettings
+from autotune.workload.gen import ClaudeCodeParams, claudecode
+from autotune.workload.io import write_workload
+
+DATA = Path(__file__).resolve().parents[1] / "e2e" / "data"
+
+
+@pytest.fixture(scope="module")
+def case(tmp_path_factory: pytest.TempPathFactory) -> tuple[StudySpec, dict]:
+    """`autotune run`'s own setup on an RTX 4090 24 GB with Claude Code traffic up to 60k
+    context; the predictions cache is shared by the tests (each config is predicted once)."""
+    workload = tmp_path_factory.mktemp("refine") / "cc-long.jsonl"
+    params = ClaudeCodeParams(sessions=4, seed=1, max_context=60_000)
+    write_workload(workload, claudecode(params).records())
+    spec = prepare_study(
+        RunOptions(
+            workload=workload,
+            engine="sim",
+            model="qwen3.6-27b-awq",
+            hardware="rtx4090-24g",
+            space=DATA / "refine-longctx.yaml",
+            storage="sqlite:///:memory:",
+        )
+    )
+    return spec, {}
+
+
+def _refined(spec: StudySpec, cache: dict) -> tuple[Refinement, int]:
+    common = dict(
+        model=spec.model, engine_version=None, prescreen=spec.prescreen, oracle=spec.oracle
+    )
+    guide = build_guide(spec.space, maximize=True, cache=cache, **common)
+    return refine(guide, spec.space, maximize=True, cache=cache, **common), len(guide.candidates)
+
+
+def test_refinement_finds_a_predicted_better_config_between_the_lattice_points(case) -> None:
+    spec, cache = case
+    done, lattice = _refined(spec, cache)
+    guide = done.guide
+    lattice_best = np.nanmax(guide.utility[:lattice])
+    best = int(np.nanargmax(guide.utility))
+    assert best >= lattice, "the predicted best is a refined config"
+    assert guide.utility[best] > lattice_best
+    assert guide.candidates[best].params["max_num_seqs"] == 3  # between the ladder's 2 and 4
+    assert done.gain > 1.0 and done.added == len(guide.candidates) - lattice
+    assert 0 < done.predictions <= MAX_PREDICTIONS
+
+
+def test_refined_configs_respect_bounds_rules_grid_and_the_prescreen(case) -> None:
+    spec, cache = case
+    done, lattice = _refined(spec, cache)
+    refined = done.guide.candidates[lattice:]
+    assert refined
+    distributions = spec.space.distributions(None)
+    keys = [c.key for c in done.guide.candidates]
+    assert len(keys) == len(set(keys)), "one candidate per effective launch"
+    for candidate in refined:
+        for name, value in candidate.params.items():
+            dist = distributions[name]
+            assert dist._contains(dist.to_internal_repr(value)), (name, value)  # bounds, step
+        assert not spec.space.rule_violations(candidate.params)
+        assert candidate.memory is not None and candidate.memory.fits
+        assert spec.prescreen(candidate.config).fits
+        assert np.isfinite(done.guide.utility[keys.index(candidate.key)])
+    # the pre-screen caps batched tokens at this KV pool: 2048 (on the lattice) does not fit
+    assert max(c.params["max_num_batched_tokens"] for c in refined) < 2048
+
+
+def test_the_warm_start_seeds_the_refined_best_unless_switched_off(case) -> None:
+    spec, cache = case
+
+    def tuner(settings: TunerSettings) -> Tuner:
+        return Tuner(
+            settings,
+            space=spec.space,
+            model=spec.model,
+            engine_version=None,
+            prescreen=spec.prescreen,
+            oracle=spec.oracle,
+            maximize=True,
+            guided=True,
+            n_trials=10,
+            cache=cache,
+        )
+
+    on, off = tuner(TunerSettings()), tuner(TunerSettings(refine=False))
+    assert on.guide is not None and off.guide is not None
+    first = on.guide.diverse_top(1)[0]  # the warm start's first seed
+    assert first.params["max_num_seqs"] == 3
+    assert off.guide.diverse_top(1)[0].params["max_num_seqs"] == 2
+    assert len(off.guide.candidates) < len(on.guide.candidates)
+    for name, value in first.params.items():  # Optuna takes the seed's params as they are
+        dist = on.distributions[name]
+        assert dist._contains(dist.to_internal_repr(value))
