@@ -406,13 +406,16 @@ STRATEGIES: dict[str, tuple[str, TunerSettings]] = {
     "default, no early racing": ("guided", replace(DEFAULT, race_early=False)),
     "default, crown prior": ("guided", replace(DEFAULT, crown_prior=True)),
     "default, no exploring tail": ("guided", replace(DEFAULT, explore_tail=False)),
-    "default, no refinement": ("guided", replace(DEFAULT, refine=False)),
     "default, no dedup": ("guided", replace(DEFAULT, dedup=False)),
     "default, recheck": ("guided", replace(DEFAULT, recheck=True)),
     # pruning is on or off by default (docs/benchmarks.md); the other way round:
     f"default, {'no pruning' if DEFAULT.prune else 'pruning'}": (
         "guided",
         replace(DEFAULT, prune=not DEFAULT.prune),
+    ),
+    f"default, {'no refinement' if DEFAULT.refine else 'refinement'}": (
+        "guided",
+        replace(DEFAULT, refine=not DEFAULT.refine),
     ),
     "default, no simulator (tpe)": ("tpe", DEFAULT),
 }

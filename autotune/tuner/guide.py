@@ -67,6 +67,16 @@ class Guide:
             dtype=float,
         )
 
+    def extend(
+        self, candidates: list[Candidate], scores: list[Score | None], utility: list[float]
+    ) -> None:
+        """Add candidates off the lattice with their predictions (``autotune.tuner.refine``)."""
+        self.scores = [*(self.scores or [None] * len(self.candidates)), *scores]
+        self.candidates = [*self.candidates, *candidates]
+        self.utility = np.concatenate([self.utility, utility])
+        self.coords = np.vstack([self.coords, *[self.encode(c.params) for c in candidates]])
+        self.__post_init__()
+
     @property
     def predicted(self) -> int:
         return int(np.isfinite(self.utility).sum())

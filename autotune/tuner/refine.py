@@ -2,15 +2,18 @@
 
 The lattice (autotune.tuner.lattice) visits a few values of each numeric knob
 (powers of two of max-num-seqs and max-num-batched-tokens, every other KV
-step); the best config can lie between them. ``refine`` starts from the top
-``STARTS`` predicted lattice configs (one of each predicted behaviour), moves
-one numeric knob at a time by a step that halves when no move improves the
-prediction (compass search), and stops when every step is below the knob's
-resolution or after ``MAX_PREDICTIONS`` simulator runs. A point is a trial's
-config: snapped to the knob's grid, within its bounds and the space's rules,
-derived flags applied, passed by the memory pre-screen, deduplicated as a
-launch. Every point predicted at least as good as the weakest start joins the
-guide, where the warm start and the sampler rank it with the lattice.
+step); the best config can lie between them. ``Refiner.refine`` starts from the
+``STARTS`` best candidates of the guide (one of each predicted value), moves one
+numeric knob at a time by a step that halves when no move improves the
+estimate (compass search), and stops when every step is below the knob's
+resolution or the call's prediction budget is spent. The estimate is the
+simulator's prediction, plus the learned residual when one is given (the tuner
+refines again after each new measurement, where the corrected ranking points).
+A point is a trial's config: snapped to the knob's grid, within its bounds and
+the space's rules, derived flags applied, passed by the memory pre-screen,
+deduplicated as a launch. Where a climb ends more than ``SAME_PREDICTION`` above
+its start, off the guide, that config joins the guide, where the warm start and
+the sampler rank it with the lattice.
 """
 
 from __future__ import annotations
@@ -29,9 +32,11 @@ from autotune.trial import Prescreen, derive_config
 from autotune.tuner.guide import SAME_PREDICTION, Guide, PredictionCache, utility_of
 from autotune.tuner.lattice import Candidate, config_key, ladder
 from autotune.tuner.predictor import SimOracle, predict_all
+from autotune.tuner.residual import ResidualModel
 
-STARTS = 3  # predicted-best lattice configs refined (twins with one prediction count once)
-MAX_PREDICTIONS = 36  # simulator runs for the whole refinement
+STARTS = 3  # best candidates refined (twins with one prediction count once)
+WARM_PREDICTIONS = 36  # simulator runs for the refinement before the first launch
+LEARNED_PREDICTIONS = 12  # simulator runs for a refinement after a new measurement
 MIN_RELATIVE_STEP = 0.02  # a log-scaled knob is not refined finer than 2% of its value
 
 
@@ -39,7 +44,6 @@ MIN_RELATIVE_STEP = 0.02  # a log-scaled knob is not refined finer than 2% of it
 class Refinement:
     """What ``refine`` added, and what it cost."""
 
-    guide: Guide  # the lattice's candidates and the refined ones
     added: int  # refined candidates (off the lattice)
     predictions: int  # simulator runs spent (cached launches cost none)
     seconds: float
@@ -79,178 +83,168 @@ class _Knob:
         return round(raw) if self.is_int else round(raw, 9)
 
     def resolution(self, value: float) -> float:
-        """The smallest step worth taking from ``value``, in unit coordinates."""
-        finest = 0.0
-        if self.grid is not None and self.dist.high > self.dist.low:
-            finest = abs(self.unit(min(self.dist.high, value + self.grid)) - self.unit(value))
-        if self.dist.log and self.dist.high > self.dist.low:
-            finest = max(
-                finest, math.log1p(MIN_RELATIVE_STEP) / math.log(self.dist.high / self.dist.low)
-            )
-        return finest
+        """The smallest step worth taking from ``value``, in unit coordinates (> 0): one
+        grid step, and for a log-scaled knob at least ``MIN_RELATIVE_STEP`` of the value."""
+        low, high = self.dist.low, self.dist.high
+        if self.dist.log:
+            relative = max(MIN_RELATIVE_STEP, (self.grid or 0) / value)
+            return math.log1p(relative) / math.log(high / low)
+        return (self.grid or MIN_RELATIVE_STEP * (high - low)) / (high - low)
 
 
-class _Search:
-    """Shared state of one refinement: the points seen, their predictions, the budget."""
+class Refiner:
+    """The refinements of one run: the points seen and their predictions are kept."""
 
     def __init__(
         self,
         space: SearchSpace,
-        guide: Guide,
         *,
         model: str,
         engine_version: str | None,
         prescreen: Prescreen | None,
         oracle: SimOracle,
         maximize: bool,
-        cache: PredictionCache,
+        cache: PredictionCache | None = None,
     ) -> None:
         self.space, self.model, self.engine_version = space, model, engine_version
-        self.prescreen, self.oracle, self.maximize, self.cache = prescreen, oracle, maximize, cache
-        self.utility: dict[str, float] = {
-            c.key: float(u) for c, u in zip(guide.candidates, guide.utility, strict=True)
-        }
-        self.new: dict[str, Candidate] = {}
-        self.by_params: dict[str, str | None] = {}  # params -> launch key (None: not launchable)
-        self.predictions = 0
+        self.prescreen, self.oracle, self.maximize = prescreen, oracle, maximize
+        self.cache: PredictionCache = {} if cache is None else cache
+        self.knobs = [
+            _Knob(name, dist)
+            for name, dist in space.distributions(engine_version).items()
+            if not isinstance(dist, optuna.distributions.CategoricalDistribution)
+            and dist.high > dist.low
+        ]
+        self._launch: dict[str, Candidate | None] = {}  # params -> launch (None: not allowed)
+        self.predictions = 0  # simulator runs of every refinement so far
 
-    def candidate(self, params: dict[str, Any]) -> Candidate | None:
-        """The launch ``params`` makes, if the rules and the pre-screen allow it."""
-        if self.space.rule_violations(params):
-            return None
-        config = derive_config(
-            self.space,
-            params,
-            model=self.model,
-            engine_version=self.engine_version,
-            prescreen=self.prescreen,
+    def refine(
+        self,
+        guide: Guide,
+        residual: ResidualModel | None = None,
+        *,
+        budget: int = WARM_PREDICTIONS,
+    ) -> Refinement:
+        """Climb from the guide's best (by prediction, plus ``residual``'s mean when given)
+        and add where the climbs end to ``guide`` (see the module docstring)."""
+        started, spent = time.monotonic(), self.predictions
+        correction = np.zeros(len(guide.candidates))
+        if residual is not None and len(guide.candidates):
+            correction = residual.predict(guide.coords)[0]
+        ranked = guide.utility + correction
+        ends: dict[str, Candidate] = {}
+        for start in _starts(guide, ranked):
+            end, gain = self._climb(guide, residual, start, spent + budget)
+            if gain > SAME_PREDICTION and end.key not in guide.by_key:
+                ends[end.key] = end
+        added = list(ends.values())
+        best = float(np.nanmax(ranked)) if guide.predicted else math.nan
+        guide.extend(
+            added,
+            [self.cache[c.key] for c in added],
+            [self._utility(c.key) for c in added],
         )
-        memory = self.prescreen(config) if self.prescreen is not None else None
-        if memory is not None and not memory.fits:
-            return None
-        return Candidate(params=params, config=config, key=config_key(config), memory=memory)
+        if added and np.isfinite(best):
+            correction = residual.predict(guide.coords)[0] if residual is not None else 0
+            gain = math.exp(max(0.0, float(np.nanmax(guide.utility + correction)) - best))
+        else:
+            gain = 1.0
+        return Refinement(
+            added=len(added),
+            predictions=self.predictions - spent,
+            seconds=time.monotonic() - started,
+            gain=gain,
+        )
 
-    def evaluate(self, points: list[dict[str, Any]]) -> list[tuple[dict[str, Any], float]]:
-        """Predicted utility of each launchable point (NaN: predicted infeasible)."""
-        fresh: list[Candidate] = []
-        keyed: list[tuple[dict[str, Any], str]] = []
-        for params in points:
-            tag = repr(sorted(params.items()))
-            if tag not in self.by_params:
-                found = self.candidate(params)
-                self.by_params[tag] = found.key if found else None
-                if found and found.key not in self.utility and found.key not in self.new:
-                    if found.key not in self.cache:
-                        fresh.append(found)
-                    self.new[found.key] = found
-            key = self.by_params[tag]
-            if key is not None:
-                keyed.append((params, key))
-        fresh = fresh[: max(0, MAX_PREDICTIONS - self.predictions)]
-        for candidate, scored in zip(
-            fresh, predict_all(self.oracle, [c.config for c in fresh]), strict=True
-        ):
-            self.cache[candidate.key] = scored
-        self.predictions += len(fresh)
-        for key in list(self.new):
-            if key not in self.utility and key in self.cache:
-                scored = self.cache[key]
-                feasible = scored is not None and scored.feasible and scored.values
-                self.utility[key] = (
-                    utility_of(scored.values[0], self.maximize) if feasible else math.nan
+    def _utility(self, key: str) -> float:
+        scored = self.cache.get(key)
+        if scored is None or not scored.feasible or not scored.values:
+            return math.nan
+        return utility_of(scored.values[0], self.maximize)
+
+    def _candidate(self, params: dict[str, Any]) -> Candidate | None:
+        """The launch ``params`` makes, if the rules and the pre-screen allow it."""
+        tag = repr(sorted(params.items()))
+        if tag not in self._launch:
+            found = None
+            if not self.space.rule_violations(params):
+                config = derive_config(
+                    self.space,
+                    params,
+                    model=self.model,
+                    engine_version=self.engine_version,
+                    prescreen=self.prescreen,
                 )
-            elif key not in self.utility:
-                del self.new[key]  # over the budget: not predicted
-        return [(params, self.utility[key]) for params, key in keyed if key in self.utility]
+                memory = self.prescreen(config) if self.prescreen is not None else None
+                if memory is None or memory.fits:
+                    found = Candidate(params, config, config_key(config), memory)
+            self._launch[tag] = found
+        return self._launch[tag]
 
-    def climb(self, start: Candidate, knobs: list[_Knob]) -> None:
-        """Compass search from ``start`` (see the module docstring)."""
-        here, best = dict(start.params), self.utility[start.key]
-        steps = {knob.name: knob.first_step for knob in knobs}
-        while self.predictions < MAX_PREDICTIONS:
+    def _estimate(
+        self, guide: Guide, residual: ResidualModel | None, points: list[Candidate], limit: int
+    ) -> list[float]:
+        """The estimate of each point (NaN: predicted infeasible, or over the budget)."""
+        fresh = {c.key: c for c in points if c.key not in self.cache and c.key not in guide.by_key}
+        fresh_list = list(fresh.values())[: max(0, limit - self.predictions)]
+        scores = predict_all(self.oracle, [c.config for c in fresh_list])
+        for candidate, scored in zip(fresh_list, scores, strict=True):
+            self.cache[candidate.key] = scored
+        self.predictions += len(fresh_list)
+        utility = np.array(
+            [
+                guide.utility[guide.by_key[c.key]]
+                if c.key in guide.by_key
+                else self._utility(c.key)
+                for c in points
+            ]
+        )
+        if residual is not None and points:
+            utility = (
+                utility + residual.predict(np.array([guide.encode(c.params) for c in points]))[0]
+            )
+        return list(utility)
+
+    def _climb(
+        self, guide: Guide, residual: ResidualModel | None, start: Candidate, limit: int
+    ) -> tuple[Candidate, float]:
+        """Compass search from ``start``: where it ends, and how much better it is."""
+        here = start
+        best = first = self._estimate(guide, residual, [start], limit)[0]
+        steps = {knob.name: knob.first_step for knob in self.knobs}
+        knobs = list(self.knobs)
+        while knobs and self.predictions < limit:
             points = []
             for knob in knobs:
+                now = here.params[knob.name]
                 for sign in (1, -1):
-                    moved = knob.value(knob.unit(here[knob.name]) + sign * steps[knob.name])
-                    if moved != here[knob.name]:
-                        points.append({**here, knob.name: moved})
-            if not points:
-                return
-            scored = [(p, u) for p, u in self.evaluate(points) if np.isfinite(u)]
-            top = max(scored, key=lambda pair: pair[1], default=None)
-            if top is not None and top[1] > best:
-                here, best = top
+                    moved = knob.value(knob.unit(now) + sign * steps[knob.name])
+                    found = self._candidate({**here.params, knob.name: moved})
+                    if moved != now and found is not None:
+                        points.append(found)
+            estimates = self._estimate(guide, residual, points, limit)
+            top = max(
+                (pair for pair in zip(estimates, points, strict=True) if np.isfinite(pair[0])),
+                key=lambda pair: pair[0],
+                default=None,
+            )
+            if top is not None and top[0] > best:
+                best, here = top
                 continue
             for knob in knobs:
                 steps[knob.name] /= 2
-            knobs = [k for k in knobs if steps[k.name] >= k.resolution(here[k.name])]
-            if not knobs:
-                return
+            knobs = [k for k in knobs if steps[k.name] >= k.resolution(here.params[k.name])]
+        return here, best - first
 
 
-def refine(
-    guide: Guide,
-    space: SearchSpace,
-    *,
-    model: str,
-    engine_version: str | None,
-    prescreen: Prescreen | None,
-    oracle: SimOracle,
-    maximize: bool,
-    cache: PredictionCache | None = None,
-) -> Refinement:
-    """The guide with refined off-lattice candidates added (see the module docstring)."""
-    started = time.monotonic()
-    cache = {} if cache is None else cache
-    knobs = [
-        _Knob(name, dist)
-        for name, dist in space.distributions(engine_version).items()
-        if not isinstance(dist, optuna.distributions.CategoricalDistribution)
-        and dist.high > dist.low
-    ]
-    search = _Search(
-        space,
-        guide,
-        model=model,
-        engine_version=engine_version,
-        prescreen=prescreen,
-        oracle=oracle,
-        maximize=maximize,
-        cache=cache,
-    )
-    starts = _starts(guide)
-    for start in starts:
-        search.climb(start, knobs)
-    floor = min((search.utility[s.key] for s in starts), default=math.inf)
-    added = [c for key, c in search.new.items() if search.utility.get(key, -math.inf) >= floor]
-    lattice_best = float(np.nanmax(guide.utility)) if guide.predicted else math.nan
-    refined_best = max((search.utility[c.key] for c in added), default=lattice_best)
-    extended = Guide(
-        candidates=[*guide.candidates, *added],
-        utility=np.concatenate([guide.utility, [search.utility[c.key] for c in added]]),
-        coords=np.vstack([guide.coords, *[guide.encode(c.params) for c in added]])
-        if added
-        else guide.coords,
-        encode=guide.encode,
-        seconds=guide.seconds + time.monotonic() - started,
-    )
-    return Refinement(
-        guide=extended,
-        added=len(added),
-        predictions=search.predictions,
-        seconds=time.monotonic() - started,
-        gain=math.exp(max(0.0, refined_best - lattice_best)) if guide.predicted else 1.0,
-    )
-
-
-def _starts(guide: Guide) -> list[Candidate]:
-    """The ``STARTS`` best predicted lattice configs, one of each predicted value (KV
-    dtype twins that the simulator cannot tell apart are refined once)."""
-    order = np.argsort(-np.nan_to_num(guide.utility, nan=-np.inf))
+def _starts(guide: Guide, ranked: np.ndarray) -> list[Candidate]:
+    """The ``STARTS`` best candidates by ``ranked``, one of each value (KV dtype twins
+    that the simulator cannot tell apart are refined once)."""
+    order = np.argsort(-np.nan_to_num(ranked, nan=-np.inf))
     picked: list[int] = []
     for i in order:
-        if len(picked) == STARTS or not np.isfinite(guide.utility[i]):
+        if len(picked) == STARTS or not np.isfinite(ranked[i]):
             break
-        if all(abs(guide.utility[i] - guide.utility[j]) >= SAME_PREDICTION for j in picked):
+        if all(abs(ranked[i] - ranked[j]) >= SAME_PREDICTION for j in picked):
             picked.append(int(i))
     return [guide.candidates[i] for i in picked]

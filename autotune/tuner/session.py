@@ -40,7 +40,7 @@ from autotune.tuner.lattice import Candidate
 from autotune.tuner.measured import Measured, MeasuredIndex
 from autotune.tuner.predictor import SimOracle
 from autotune.tuner.record import TunerStudyRecord, WarmStartSummary, Winner
-from autotune.tuner.refine import refine
+from autotune.tuner.refine import LEARNED_PREDICTIONS, Refiner
 from autotune.tuner.sampler import GuidedSampler
 from autotune.tuner.schedule import Role, ScheduledSampler
 
@@ -61,7 +61,7 @@ class TunerSettings:
     race_early: bool = True  # re-measure before the tail when worth more than exploring
     crown_prior: bool = False  # the crown weighs the simulator's corrected prediction too
     explore_tail: bool = True  # the tail explores while a config is predicted to beat the leader
-    refine: bool = True  # add off-lattice configs near the predicted best (tuner.refine)
+    refine: bool = False  # add off-lattice configs near the best estimate (bench: no gain)
     dedup: bool = True  # never launch a measured effective config again
     recheck: bool = False  # re-measure a new leader measured once, at once (bench: off wins)
     prune: bool = DEFAULT_PRUNE  # stop a trial whose throughput so far is far below the best's
@@ -99,6 +99,8 @@ class Tuner:
         self.scheduled: ScheduledSampler | None = None
         self._seeds: list[Candidate] = []
         self._proposed: set[str] = set()  # seed keys handed to a trial by this process
+        self.refiner: Refiner | None = None
+        self._refined_at = 0  # measured configs when the guide was last refined
         if guided and oracle is not None:
             self.guide = build_guide(
                 space,
@@ -111,10 +113,6 @@ class Tuner:
                 budget_s=settings.warm_start_budget_s,
                 say=say,
             )
-            if settings.refine:
-                self.guide = self._refined(
-                    self.guide, space, model, engine_version, prescreen, oracle, cache, say
-                )
             self.sampler = GuidedSampler(
                 self.guide,
                 self.index,
@@ -123,38 +121,37 @@ class Tuner:
                 learn=settings.learn,
                 seed=seed,
             )
+            if settings.refine:
+                self.refiner = Refiner(
+                    space,
+                    model=model,
+                    engine_version=engine_version,
+                    prescreen=prescreen,
+                    oracle=oracle,
+                    maximize=maximize,
+                    cache=cache,
+                )
+                self._refine(say)
             if settings.warm_start > 0:
                 self._seeds = self.guide.diverse_top(settings.warm_start)
 
-    def _refined(
-        self,
-        guide: Guide,
-        space: SearchSpace,
-        model: str,
-        engine_version: str | None,
-        prescreen: Prescreen | None,
-        oracle: SimOracle,
-        cache: PredictionCache | None,
-        say: Callable[[str], None] | None,
-    ) -> Guide:
-        """``guide`` with off-lattice configs near its predicted best (``tuner.refine``)."""
-        done = refine(
-            guide,
-            space,
-            model=model,
-            engine_version=engine_version,
-            prescreen=prescreen,
-            oracle=oracle,
-            maximize=self.maximize,
-            cache=cache,
-        )
+    def _refine(self, say: Callable[[str], None] | None = None) -> None:
+        """Add off-lattice configs near the best estimate (``tuner.refine``): before the
+        first launch by the prediction, after a new config's measurement corrected by
+        the learned residual."""
+        if self.refiner is None or self.guide is None or self.sampler is None:
+            return
+        residual = self.sampler.residual_model()
+        if residual is None:
+            done = self.refiner.refine(self.guide)
+        else:
+            done = self.refiner.refine(self.guide, residual, budget=LEARNED_PREDICTIONS)
         if say is not None and done.predictions:
             say(
-                f"Warm start: refined the predicted best off the lattice: {done.added} more "
-                f"configs ({done.predictions} predictions, {done.seconds:.0f} s), the best "
-                f"predicted {done.gain - 1:+.1%} over the lattice's"
+                f"Warm start: {done.added} configs between the lattice's points near the "
+                f"predicted best ({done.predictions} predictions, {done.seconds:.0f} s), the "
+                f"best predicted {done.gain - 1:+.1%} over the lattice's"
             )
-        return done.guide
 
     def wrap(self, base: optuna.samplers.BaseSampler) -> ScheduledSampler:
         """The study's sampler: ``base``, with the tuner choosing seeds and confirmations."""
@@ -175,6 +172,9 @@ class Tuner:
     def next_role(self, study: optuna.Study, trial: FrozenTrial) -> Role | None:
         """What the new ``trial`` launches, if the tuner decides it (see the module docstring)."""
         self.sync(study)  # what other workers measured or are launching
+        if self.settings.learn and len(self.index.by_key) > self._refined_at:
+            self._refined_at = len(self.index.by_key)
+            self._refine()
         if self._in_tail(study) and not self._promising():
             running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
             role = self._confirmation(sum(t.number < trial.number for t in running))

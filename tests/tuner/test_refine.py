@@ -10,8 +10,9 @@ import pytest
 
 from autotune.run_setup import RunOptions, prepare_study
 from autotune.study import StudySpec
-from autotune.tuner.guide import build_guide
-from autotune.tuner.refine import MAX_PREDICTIONS, Refinement, refine
+from autotune.tuner.guide import Guide, build_guide
+from autotune.tuner.refine import LEARNED_PREDICTIONS, WARM_PREDICTIONS, Refinement, Refiner
+from autotune.tuner.residual import ResidualModel
 from autotune.tuner.session import Tuner, TunerSettings
 from autotune.workload.gen import ClaudeCodeParams, claudecode
 from autotune.workload.io import write_workload
@@ -39,34 +40,35 @@ def case(tmp_path_factory: pytest.TempPathFactory) -> tuple[StudySpec, dict]:
     return spec, {}
 
 
-def _refined(spec: StudySpec, cache: dict) -> tuple[Refinement, int]:
+def _refined(spec: StudySpec, cache: dict) -> tuple[Guide, Refinement, int]:
     common = dict(
         model=spec.model, engine_version=None, prescreen=spec.prescreen, oracle=spec.oracle
     )
     guide = build_guide(spec.space, maximize=True, cache=cache, **common)
-    return refine(guide, spec.space, maximize=True, cache=cache, **common), len(guide.candidates)
+    lattice = len(guide.candidates)
+    done = Refiner(spec.space, maximize=True, cache=cache, **common).refine(guide)
+    return guide, done, lattice
 
 
 def test_refinement_finds_a_predicted_better_config_between_the_lattice_points(case) -> None:
     spec, cache = case
-    done, lattice = _refined(spec, cache)
-    guide = done.guide
+    guide, done, lattice = _refined(spec, cache)
     lattice_best = np.nanmax(guide.utility[:lattice])
     best = int(np.nanargmax(guide.utility))
     assert best >= lattice, "the predicted best is a refined config"
     assert guide.utility[best] > lattice_best
     assert guide.candidates[best].params["max_num_seqs"] == 3  # between the ladder's 2 and 4
     assert done.gain > 1.0 and done.added == len(guide.candidates) - lattice
-    assert 0 < done.predictions <= MAX_PREDICTIONS
+    assert 0 < done.predictions <= WARM_PREDICTIONS
 
 
 def test_refined_configs_respect_bounds_rules_grid_and_the_prescreen(case) -> None:
     spec, cache = case
-    done, lattice = _refined(spec, cache)
-    refined = done.guide.candidates[lattice:]
+    guide, _, lattice = _refined(spec, cache)
+    refined = guide.candidates[lattice:]
     assert refined
     distributions = spec.space.distributions(None)
-    keys = [c.key for c in done.guide.candidates]
+    keys = [c.key for c in guide.candidates]
     assert len(keys) == len(set(keys)), "one candidate per effective launch"
     for candidate in refined:
         for name, value in candidate.params.items():
@@ -75,12 +77,12 @@ def test_refined_configs_respect_bounds_rules_grid_and_the_prescreen(case) -> No
         assert not spec.space.rule_violations(candidate.params)
         assert candidate.memory is not None and candidate.memory.fits
         assert spec.prescreen(candidate.config).fits
-        assert np.isfinite(done.guide.utility[keys.index(candidate.key)])
+        assert np.isfinite(guide.utility[keys.index(candidate.key)])
     # the pre-screen caps batched tokens at this KV pool: 2048 (on the lattice) does not fit
     assert max(c.params["max_num_batched_tokens"] for c in refined) < 2048
 
 
-def test_the_warm_start_seeds_the_refined_best_unless_switched_off(case) -> None:
+def test_the_warm_start_seeds_the_refined_best_when_switched_on(case) -> None:
     spec, cache = case
 
     def tuner(settings: TunerSettings) -> Tuner:
@@ -97,7 +99,7 @@ def test_the_warm_start_seeds_the_refined_best_unless_switched_off(case) -> None
             cache=cache,
         )
 
-    on, off = tuner(TunerSettings()), tuner(TunerSettings(refine=False))
+    on, off = tuner(TunerSettings(refine=True)), tuner(TunerSettings(refine=False))
     assert on.guide is not None and off.guide is not None
     first = on.guide.diverse_top(1)[0]  # the warm start's first seed
     assert first.params["max_num_seqs"] == 3
@@ -106,3 +108,26 @@ def test_the_warm_start_seeds_the_refined_best_unless_switched_off(case) -> None
     for name, value in first.params.items():  # Optuna takes the seed's params as they are
         dist = on.distributions[name]
         assert dist._contains(dist.to_internal_repr(value))
+
+
+def test_a_learned_trend_leads_the_refinement_up_to_the_prescreens_edge(case) -> None:
+    """Measurements that say larger batched tokens run better than predicted (a residual
+    rising along that knob) move the climb up to the largest value that still fits."""
+    spec, cache = case
+    common = dict(
+        model=spec.model, engine_version=None, prescreen=spec.prescreen, oracle=spec.oracle
+    )
+    guide = build_guide(spec.space, maximize=True, cache=cache, **common)
+    base = dict(guide.candidates[int(np.nanargmax(guide.utility))].params)
+    rows = [guide.encode({**base, "max_num_batched_tokens": n}) for n in (1024, 2048, 4096)]
+    residual = ResidualModel(np.array(rows), np.array([-0.3, 0.0, 0.3]))
+    before = len(guide.candidates)
+    Refiner(spec.space, maximize=True, cache=cache, **common).refine(
+        guide, residual, budget=LEARNED_PREDICTIONS
+    )
+    tokens = [c.params["max_num_batched_tokens"] for c in guide.candidates[before:]]
+    assert tokens and max(tokens) > 1100  # the lattice has 1024 only, 2048 does not fit
+    for candidate in guide.candidates[before:]:
+        assert spec.prescreen(candidate.config).fits
+        wider = {**candidate.params, "max_num_batched_tokens": round(max(tokens) * 1.05)}
+        assert not spec.prescreen(spec.space.to_config(wider, model=spec.model)).fits
