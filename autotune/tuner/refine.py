@@ -1,19 +1,20 @@
-"""Off-lattice refinement: a pattern search on the simulator around the predicted best.
+"""Off-lattice refinement: a pattern search on the simulator around the best estimates.
 
 The lattice (autotune.tuner.lattice) visits a few values of each numeric knob
 (powers of two of max-num-seqs and max-num-batched-tokens, every other KV
 step); the best config can lie between them. ``Refiner.refine`` starts from the
-``STARTS`` best candidates of the guide (one of each predicted value), moves one
-numeric knob at a time by a step that halves when no move improves the
-estimate (compass search), and stops when every step is below the knob's
-resolution or the call's prediction budget is spent. The estimate is the
-simulator's prediction, plus the learned residual when one is given (the tuner
-refines again after each new measurement, where the corrected ranking points).
-A point is a trial's config: snapped to the knob's grid, within its bounds and
-the space's rules, derived flags applied, passed by the memory pre-screen,
-deduplicated as a launch. Where a climb ends more than ``SAME_PREDICTION`` above
-its start, off the guide, that config joins the guide, where the warm start and
-the sampler rank it with the lattice.
+``STARTS`` best candidates of the guide by the simulator's prediction plus the
+learned residual's mean (one of each estimated value), moves one numeric knob at
+a time by a step that halves when no move improves that estimate (compass
+search), and stops when every step is below the knob's resolution or after
+``PREDICTIONS`` new simulator runs. A point is a trial's config: snapped to the
+knob's grid, within its bounds and the space's rules, derived flags applied,
+passed by the memory pre-screen, deduplicated as a launch. Where a climb ends
+more than ``SAME_PREDICTION`` above its start, off the guide, that config joins
+the guide, where the sampler ranks it with the lattice. The tuner refines after
+each new measurement, not before the first: refined by the prediction alone,
+the warm start seeded configs the simulator prefers by under 1% that are truly
+worse (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -35,8 +36,7 @@ from autotune.tuner.predictor import SimOracle, predict_all
 from autotune.tuner.residual import ResidualModel
 
 STARTS = 3  # best candidates refined (twins with one prediction count once)
-WARM_PREDICTIONS = 36  # simulator runs for the refinement before the first launch
-LEARNED_PREDICTIONS = 12  # simulator runs for a refinement after a new measurement
+PREDICTIONS = 12  # new simulator runs one refinement may spend
 MIN_RELATIVE_STEP = 0.02  # a log-scaled knob is not refined finer than 2% of its value
 
 
@@ -123,10 +123,11 @@ class Refiner:
         guide: Guide,
         residual: ResidualModel | None = None,
         *,
-        budget: int = WARM_PREDICTIONS,
+        budget: int = PREDICTIONS,
     ) -> Refinement:
         """Climb from the guide's best (by prediction, plus ``residual``'s mean when given)
-        and add where the climbs end to ``guide`` (see the module docstring)."""
+        and add where the climbs end to ``guide`` (see the module docstring); ``gain``:
+        the best estimate after over before."""
         started, spent = time.monotonic(), self.predictions
         correction = np.zeros(len(guide.candidates))
         if residual is not None and len(guide.candidates):

@@ -40,7 +40,7 @@ from autotune.tuner.lattice import Candidate
 from autotune.tuner.measured import Measured, MeasuredIndex
 from autotune.tuner.predictor import SimOracle
 from autotune.tuner.record import TunerStudyRecord, WarmStartSummary, Winner
-from autotune.tuner.refine import LEARNED_PREDICTIONS, Refiner
+from autotune.tuner.refine import Refiner
 from autotune.tuner.sampler import GuidedSampler
 from autotune.tuner.schedule import Role, ScheduledSampler
 
@@ -61,7 +61,7 @@ class TunerSettings:
     race_early: bool = True  # re-measure before the tail when worth more than exploring
     crown_prior: bool = False  # the crown weighs the simulator's corrected prediction too
     explore_tail: bool = True  # the tail explores while a config is predicted to beat the leader
-    refine: bool = False  # add off-lattice configs near the best estimate (bench: no gain)
+    refine: bool = True  # after each new measurement, add off-lattice configs near the best
     dedup: bool = True  # never launch a measured effective config again
     recheck: bool = False  # re-measure a new leader measured once, at once (bench: off wins)
     prune: bool = DEFAULT_PRUNE  # stop a trial whose throughput so far is far below the best's
@@ -131,27 +131,16 @@ class Tuner:
                     maximize=maximize,
                     cache=cache,
                 )
-                self._refine(say)
             if settings.warm_start > 0:
                 self._seeds = self.guide.diverse_top(settings.warm_start)
 
-    def _refine(self, say: Callable[[str], None] | None = None) -> None:
-        """Add off-lattice configs near the best estimate (``tuner.refine``): before the
-        first launch by the prediction, after a new config's measurement corrected by
-        the learned residual."""
+    def refine(self) -> int:
+        """Add off-lattice configs near the best estimates by the simulator and the
+        residual learned so far (``tuner.refine``); how many were added."""
         if self.refiner is None or self.guide is None or self.sampler is None:
-            return
+            return 0
         residual = self.sampler.residual_model()
-        if residual is None:
-            done = self.refiner.refine(self.guide)
-        else:
-            done = self.refiner.refine(self.guide, residual, budget=LEARNED_PREDICTIONS)
-        if say is not None and done.predictions:
-            say(
-                f"Warm start: {done.added} configs between the lattice's points near the "
-                f"predicted best ({done.predictions} predictions, {done.seconds:.0f} s), the "
-                f"best predicted {done.gain - 1:+.1%} over the lattice's"
-            )
+        return 0 if residual is None else self.refiner.refine(self.guide, residual).added
 
     def wrap(self, base: optuna.samplers.BaseSampler) -> ScheduledSampler:
         """The study's sampler: ``base``, with the tuner choosing seeds and confirmations."""
@@ -174,7 +163,7 @@ class Tuner:
         self.sync(study)  # what other workers measured or are launching
         if self.settings.learn and len(self.index.by_key) > self._refined_at:
             self._refined_at = len(self.index.by_key)
-            self._refine()
+            self.refine()
         if self._in_tail(study) and not self._promising():
             running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
             role = self._confirmation(sum(t.number < trial.number for t in running))

@@ -6,12 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import optuna
 import pytest
 
 from autotune.run_setup import RunOptions, prepare_study
 from autotune.study import StudySpec
 from autotune.tuner.guide import Guide, build_guide
-from autotune.tuner.refine import LEARNED_PREDICTIONS, WARM_PREDICTIONS, Refinement, Refiner
+from autotune.tuner.refine import PREDICTIONS, Refinement, Refiner
 from autotune.tuner.residual import ResidualModel
 from autotune.tuner.session import Tuner, TunerSettings
 from autotune.workload.gen import ClaudeCodeParams, claudecode
@@ -59,7 +60,7 @@ def test_refinement_finds_a_predicted_better_config_between_the_lattice_points(c
     assert guide.utility[best] > lattice_best
     assert guide.candidates[best].params["max_num_seqs"] == 3  # between the ladder's 2 and 4
     assert done.gain > 1.0 and done.added == len(guide.candidates) - lattice
-    assert 0 < done.predictions <= WARM_PREDICTIONS
+    assert 0 < done.predictions <= PREDICTIONS
 
 
 def test_refined_configs_respect_bounds_rules_grid_and_the_prescreen(case) -> None:
@@ -82,11 +83,11 @@ def test_refined_configs_respect_bounds_rules_grid_and_the_prescreen(case) -> No
     assert max(c.params["max_num_batched_tokens"] for c in refined) < 2048
 
 
-def test_the_warm_start_seeds_the_refined_best_when_switched_on(case) -> None:
+def test_the_tuner_refines_after_a_measurement_unless_switched_off(case) -> None:
     spec, cache = case
 
-    def tuner(settings: TunerSettings) -> Tuner:
-        return Tuner(
+    def measured_once(settings: TunerSettings) -> Tuner:
+        tuner = Tuner(
             settings,
             space=spec.space,
             model=spec.model,
@@ -98,16 +99,26 @@ def test_the_warm_start_seeds_the_refined_best_when_switched_on(case) -> None:
             n_trials=10,
             cache=cache,
         )
+        assert tuner.guide is not None
+        best = tuner.guide.diverse_top(1)[0]  # the warm start's first seed: on the lattice
+        assert best.params["max_num_seqs"] == 2
+        trial = optuna.trial.create_trial(
+            params=best.params,
+            distributions=tuner.distributions,
+            value=50.0,  # below its prediction: the residual is learned from it
+            user_attrs={"measured": True},
+        )
+        tuner.record(trial, best.key, [50.0], {})
+        return tuner
 
-    on, off = tuner(TunerSettings(refine=True)), tuner(TunerSettings(refine=False))
-    assert on.guide is not None and off.guide is not None
-    first = on.guide.diverse_top(1)[0]  # the warm start's first seed
-    assert first.params["max_num_seqs"] == 3
-    assert off.guide.diverse_top(1)[0].params["max_num_seqs"] == 2
-    assert len(off.guide.candidates) < len(on.guide.candidates)
-    for name, value in first.params.items():  # Optuna takes the seed's params as they are
-        dist = on.distributions[name]
-        assert dist._contains(dist.to_internal_repr(value))
+    on, off = measured_once(TunerSettings()), measured_once(TunerSettings(refine=False))
+    lattice = len(off.guide.candidates)
+    assert on.refine() > 0 and off.refine() == 0
+    assert len(on.guide.candidates) > lattice == len(off.guide.candidates)
+    for candidate in on.guide.candidates[lattice:]:  # params Optuna takes as they are
+        for name, value in candidate.params.items():
+            dist = on.distributions[name]
+            assert dist._contains(dist.to_internal_repr(value))
 
 
 def test_a_learned_trend_leads_the_refinement_up_to_the_prescreens_edge(case) -> None:
@@ -122,9 +133,7 @@ def test_a_learned_trend_leads_the_refinement_up_to_the_prescreens_edge(case) ->
     rows = [guide.encode({**base, "max_num_batched_tokens": n}) for n in (1024, 2048, 4096)]
     residual = ResidualModel(np.array(rows), np.array([-0.3, 0.0, 0.3]))
     before = len(guide.candidates)
-    Refiner(spec.space, maximize=True, cache=cache, **common).refine(
-        guide, residual, budget=LEARNED_PREDICTIONS
-    )
+    Refiner(spec.space, maximize=True, cache=cache, **common).refine(guide, residual)
     tokens = [c.params["max_num_batched_tokens"] for c in guide.candidates[before:]]
     assert tokens and max(tokens) > 1100  # the lattice has 1024 only, 2048 does not fit
     for candidate in guide.candidates[before:]:
