@@ -36,7 +36,7 @@ from autotune.tuner.predictor import SimOracle, predict_all
 from autotune.tuner.residual import ResidualModel
 
 STARTS = 3  # best candidates refined (twins with one prediction count once)
-PREDICTIONS = 12  # new simulator runs one refinement may spend
+PREDICTIONS = 12  # points off the guide one refinement may estimate (at most as many runs)
 MIN_RELATIVE_STEP = 0.02  # a log-scaled knob is not refined finer than 2% of its value
 
 
@@ -129,13 +129,14 @@ class Refiner:
         and add where the climbs end to ``guide`` (see the module docstring); ``gain``:
         the best estimate after over before."""
         started, spent = time.monotonic(), self.predictions
+        self._charged: set[str] = set()  # points off the guide estimated in this call
         correction = np.zeros(len(guide.candidates))
         if residual is not None and len(guide.candidates):
             correction = residual.predict(guide.coords)[0]
         ranked = guide.utility + correction
         ends: dict[str, Candidate] = {}
         for start in _starts(guide, ranked):
-            end, gain = self._climb(guide, residual, start, spent + budget)
+            end, gain = self._climb(guide, residual, start, budget)
             if gain > SAME_PREDICTION and end.key not in guide.by_key:
                 ends[end.key] = end
         added = list(ends.values())
@@ -185,18 +186,29 @@ class Refiner:
     def _estimate(
         self, guide: Guide, residual: ResidualModel | None, points: list[Candidate], limit: int
     ) -> list[float]:
-        """The estimate of each point (NaN: predicted infeasible, or over the budget)."""
-        fresh = {c.key: c for c in points if c.key not in self.cache and c.key not in guide.by_key}
-        fresh_list = list(fresh.values())[: max(0, limit - self.predictions)]
-        scores = predict_all(self.oracle, [c.config for c in fresh_list])
-        for candidate, scored in zip(fresh_list, scores, strict=True):
+        """The estimate of each point (NaN: predicted infeasible, or over the budget). Each
+        point off the guide counts against ``limit``, predicted now or cached, so that a
+        refinement goes the same way whatever an earlier run left in the cache."""
+        allowed: dict[str, Candidate] = {}
+        for c in points:
+            if c.key in guide.by_key:
+                continue
+            if c.key in self._charged or len(self._charged) < limit:
+                self._charged.add(c.key)
+                allowed[c.key] = c
+        fresh = [c for key, c in allowed.items() if key not in self.cache]
+        for candidate, scored in zip(
+            fresh, predict_all(self.oracle, [c.config for c in fresh]), strict=True
+        ):
             self.cache[candidate.key] = scored
-        self.predictions += len(fresh_list)
+        self.predictions += len(fresh)
         utility = np.array(
             [
                 guide.utility[guide.by_key[c.key]]
                 if c.key in guide.by_key
                 else self._utility(c.key)
+                if c.key in allowed
+                else math.nan
                 for c in points
             ]
         )
@@ -214,7 +226,7 @@ class Refiner:
         best = first = self._estimate(guide, residual, [start], limit)[0]
         steps = {knob.name: knob.first_step for knob in self.knobs}
         knobs = list(self.knobs)
-        while knobs and self.predictions < limit:
+        while knobs and len(self._charged) < limit:
             points = []
             for knob in knobs:
                 now = here.params[knob.name]
