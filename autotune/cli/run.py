@@ -170,8 +170,8 @@ def run(
         bool,
         typer.Option(
             "--refine/--no-refine",
-            help="Also rank configs between the lattice's points, near the predicted best "
-            "(guided).",
+            help="After each new measurement, also rank configs between the lattice's points "
+            "near the best estimates (guided, with --learn).",
         ),
     ] = TunerSettings.refine,
     dedup: Annotated[
