@@ -55,17 +55,17 @@ def run_study(spec: StudySpec, *, observer: StudyObserver | None = None) -> optu
     remaining = None if spec.n_trials is None else spec.n_trials - completed_count(study)
     if remaining is not None and remaining <= 0:
         return study
-    callbacks = _callbacks(spec, observer)
     if spec.workers is not None:
         spec.workers()
         with warnings.catch_warnings():  # a worker killed at the end leaves its trial RUNNING
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             optuna.storages.fail_stale_trials(study)
     runner = TrialRunner(spec, study, engine_version, observer, tuner)
+    callbacks = [runner.between_trials.trial_ended, *_callbacks(spec, observer)]
     # FAIL trials (our own errors) do not count towards n_trials, but a run of
     # them must not loop forever: attempts are capped.
     max_attempts = None if remaining is None else 2 * remaining + 5
-    with storage_write_errors(spec.storage_url):
+    with storage_write_errors(spec.storage_url), runner.between_trials.holding():
         if spec.workers is None:
             study.optimize(
                 runner,
@@ -104,20 +104,23 @@ def _join(
 ) -> optuna.Study:
     """A worker's share: trials until the study has ``n_trials`` counted ones (over every
     worker); the process that set the study up seeds and confirms it."""
-    callbacks = _callbacks(spec, observer)
     under_way = (*COUNTED_STATES, TrialState.RUNNING)  # a late joiner counts running ones
     under = len(study.get_trials(deepcopy=False, states=under_way))
     remaining = None if spec.n_trials is None else spec.n_trials - under
     if remaining is not None and remaining <= 0:
         return study
     runner = TrialRunner(spec, study, engine_version, observer, tuner)
-    study.optimize(
-        runner,
-        n_trials=None if remaining is None else 2 * remaining + 5,
-        timeout=spec.timeout_s,
-        callbacks=[_stop_at_budget(spec.n_trials), *callbacks[1:]] if spec.n_trials else callbacks,
-        catch=(Exception,),
-    )
+    callbacks = _callbacks(spec, observer)
+    if spec.n_trials:  # this worker's share, not Optuna's count of finished trials
+        callbacks = [_stop_at_budget(spec.n_trials), *callbacks[1:]]
+    with runner.between_trials.holding():
+        study.optimize(
+            runner,
+            n_trials=None if remaining is None else 2 * remaining + 5,
+            timeout=spec.timeout_s,
+            callbacks=[runner.between_trials.trial_ended, *callbacks],
+            catch=(Exception,),
+        )
     return study
 
 

@@ -19,6 +19,7 @@ from autotune.objective import Goal, Score, request_slo, score
 from autotune.pruning import PruneJudge
 from autotune.replay.load_policy import Progress
 from autotune.replay.stats import records_frame
+from autotune.study.between_trials import BetweenTrials
 from autotune.study.spec import StudyObserver, StudySpec, prunes, slug
 from autotune.trial import TrialResult, derive_config, run_trial
 from autotune.trial_config import TrialConfig
@@ -46,20 +47,27 @@ class TrialRunner:
         self.observer = observer
         self.artifacts = FileSystemArtifactStore(str(_ensure_dir(spec.artifacts_dir)))
         self.baseline = spec.space.baseline_params(engine_version)
+        self.between_trials = BetweenTrials()
         tuner.rebuild(study, lambda params: config_key(self._config(params)))
 
     def _baseline_seen(self) -> bool:
         trials = self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         return any(TrialRecord.read(t.user_attrs).is_baseline for t in trials)
 
+    def _enqueued_params(self, number: int) -> dict[str, Any]:
+        """The config an enqueued trial was to run (interrupted before it suggested any)."""
+        stored = self.study.get_trials(deepcopy=False)[number]
+        return dict(stored.system_attrs.get("fixed_params", {}))
+
     def __call__(self, trial: optuna.Trial) -> float | list[float]:
         spec = self.spec
         enqueued = TrialRecord.read(trial.user_attrs)  # is_baseline / retry_of, if enqueued
-        role = self.tuner.role_of(trial.number)  # a warm-start seed or a re-measurement
-        if role is not None:
-            TrialRecord(**role.attrs()).write(trial)
-        TrialRecord(worker=worker_name()).write(trial)
         try:
+            self.between_trials.trial_started()  # an interrupt held since the last trial
+            role = self.tuner.role_of(trial.number)  # a warm-start seed or a re-measurement
+            if role is not None:
+                TrialRecord(**role.attrs()).write(trial)
+            TrialRecord(worker=worker_name()).write(trial)
             params = spec.space.suggest(trial, self.engine_version)
             is_baseline = enqueued.is_baseline or (
                 params == self.baseline and not self._baseline_seen()
@@ -79,9 +87,10 @@ class TrialRunner:
             raise
         except KeyboardInterrupt:
             TrialRecord(outcome=Outcome.INTERRUPTED).write(trial)
-            if trial.params:
+            params_to_retry = trial.params or self._enqueued_params(trial.number)
+            if params_to_retry:
                 retry = TrialRecord(is_baseline=enqueued.is_baseline, retry_of=trial.number)
-                self.study.enqueue_trial(trial.params, user_attrs=retry.attrs())
+                self.study.enqueue_trial(params_to_retry, user_attrs=retry.attrs())
             raise
         values = self._finish(trial, result, is_baseline, enqueued.retry_of)
         listed = values if isinstance(values, list) else [values]
