@@ -124,13 +124,14 @@ class PlainProgress:
     def _line(self, text: str) -> None:
         self.write(f"{datetime.now().strftime('%H:%M:%S')} {text}")
 
-    def on_trial_start(self, number: int, params: dict[str, Any], is_baseline: bool) -> None:
+    def on_trial_start(
+        self, number: int, params: dict[str, Any], flags: dict[str, Any], is_baseline: bool
+    ) -> None:
         self.number, self.phase = number, ""
         self.trial_started = time.monotonic()
         baseline = " (baseline)" if is_baseline else ""
-        self._line(
-            f"trial {number}{baseline} [{self.tally.position(True)}] starts: {params_text(params)}"
-        )
+        position = self.tally.position(True)
+        self._line(f"trial {number}{baseline} [{position}] starts: {params_text(params, flags)}")
 
     def on_phase(self, phase: str) -> None:
         if phase != self.phase:  # the launcher and the engine may both announce one
@@ -166,9 +167,11 @@ class FanOut:
     def __init__(self, *observers: Any) -> None:
         self.observers = observers
 
-    def on_trial_start(self, number: int, params: dict[str, Any], is_baseline: bool) -> None:
+    def on_trial_start(
+        self, number: int, params: dict[str, Any], flags: dict[str, Any], is_baseline: bool
+    ) -> None:
         for observer in self.observers:
-            observer.on_trial_start(number, params, is_baseline)
+            observer.on_trial_start(number, params, flags, is_baseline)
 
     def on_phase(self, phase: str) -> None:
         for observer in self.observers:
@@ -208,7 +211,9 @@ class RichProgress:
 
     # --- StudyObserver ---------------------------------------------------------
 
-    def on_trial_start(self, number: int, params: dict[str, Any], is_baseline: bool) -> None:
+    def on_trial_start(
+        self, number: int, params: dict[str, Any], flags: dict[str, Any], is_baseline: bool
+    ) -> None:
         self.number = number
         self.trial_started = time.monotonic()
         self.phase = "baseline: launching" if is_baseline else "launching"

@@ -318,7 +318,7 @@ class BenchObserver:
         self.log, self.truth, self.budget = log, truth, budget
         self.configs: dict[int, TrialConfig] = {}
 
-    def on_trial_start(self, number: int, params: dict, is_baseline: bool) -> None:
+    def on_trial_start(self, number: int, params: dict, flags: dict, is_baseline: bool) -> None:
         pass
 
     def on_phase(self, phase: str) -> None:

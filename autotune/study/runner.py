@@ -72,9 +72,9 @@ class TrialRunner:
             is_baseline = enqueued.is_baseline or (
                 params == self.baseline and not self._baseline_seen()
             )
-            if self.observer is not None:
-                self.observer.on_trial_start(trial.number, params, is_baseline)
             config = self._config(params)
+            if self.observer is not None:  # the launched flags: derived values marked
+                self.observer.on_trial_start(trial.number, params, config.flags, is_baseline)
             key = config_key(config)
             twin = self.tuner.twin(key, role, trial)
             if twin is not None:

@@ -38,7 +38,9 @@ SAMPLERS = ("guided", "gp", "tpe", "random", "grid")
 class StudyObserver(Protocol):
     """Progress hooks; the CLI's rich display implements them."""
 
-    def on_trial_start(self, number: int, params: dict[str, Any], is_baseline: bool) -> None: ...
+    def on_trial_start(
+        self, number: int, params: dict[str, Any], flags: dict[str, Any], is_baseline: bool
+    ) -> None: ...
 
     def on_phase(self, phase: str) -> None: ...
 

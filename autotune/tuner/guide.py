@@ -32,6 +32,10 @@ MIN_SEED_DISTANCE = 0.25  # warm-start seeds differ by at least this (one catego
 # one of them is enough to launch.
 SAME_PREDICTION = 0.002
 EQUIVALENT_DISTANCE = 0.75
+# Seeds one categorical apart that the simulator predicts exactly alike are twins (fp8_e4m3
+# and fp8_e5m2: the same bytes and speed): a second one would launch a known answer.
+TWIN_DISTANCE = 1.0 + 1e-9
+TIED_PREDICTION = 1e-9
 
 PredictionCache = MutableMapping[str, Score | None]
 # Enumerations of this process, by space, model, engine version and pre-screen: a
@@ -108,8 +112,9 @@ class Guide:
         if np.isfinite(self.utility[i]) != np.isfinite(self.utility[j]):
             return False
         rank = self.utility if np.isfinite(self.utility[i]) else self.shortfall
-        same = abs(rank[i] - rank[j]) < SAME_PREDICTION
-        return bool(same and distance < EQUIVALENT_DISTANCE)
+        gap = abs(rank[i] - rank[j])
+        twins = gap < TIED_PREDICTION and distance < TWIN_DISTANCE
+        return bool(twins or (gap < SAME_PREDICTION and distance < EQUIVALENT_DISTANCE))
 
     def equivalent_to(self, keys: set[str]) -> np.ndarray:
         """Mask of candidates that are one of ``keys`` or behave like one as far as the

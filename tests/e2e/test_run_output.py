@@ -15,6 +15,7 @@ from tests.e2e.conftest import REPO, SAMPLE_WORKLOAD, autotune_argv, output, wai
 
 FITS_SPACE = REPO / "tests" / "e2e" / "data" / "fits.yaml"
 SEQS_SPACE = REPO / "tests" / "e2e" / "data" / "seqs.yaml"
+DEDUP_SPACE = REPO / "tests" / "e2e" / "data" / "tuner-dedup.yaml"
 FAST = ["--time-scale", "50", "--max-requests", "8", "--concurrency", "4"]
 TRIAL_LINE = re.compile(
     r"^\d\d:\d\d:\d\d trial (?P<n>\d+) \[(?P<pos>\d+)/3\] (?P<outcome>[\w-]+): "
@@ -116,3 +117,18 @@ def test_on_a_terminal_the_live_display_counts_each_trial_once_and_the_log_is_ke
     assert "trial 3/2" not in screen and "trial 4/2" not in screen
     logged = (tmp_path / "studies" / "runs" / "night" / "run.log").read_text()
     assert [m["pos"] for m in TRIAL_LINE.finditer(logged.replace("/2]", "/3]"))] == ["1", "2"]
+
+
+@pytest.mark.timeout(240)
+def test_a_trial_s_start_line_names_the_values_it_launches_with(tmp_path: Path) -> None:
+    """Before: the start line showed the searched max-num-batched-tokens, the end line the
+    value LMCache's rule launched (2N-1), as if two configs had run."""
+    args = run_args(tmp_path, "--trials", "4", "--no-dedup", space=DEDUP_SPACE)
+    done = subprocess.run(autotune_argv(*args), cwd=tmp_path, capture_output=True, text=True,
+                          timeout=200)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    starts = dict(re.findall(r"trial (\d+)(?: \(baseline\))? \[\d+/4\] starts: (.+)$",
+                             done.stdout, re.M))  # fmt: skip
+    ends = dict(re.findall(r"trial (\d+) \[\d+/4\] [\w-]+: [^;]+; ([^;]+);", done.stdout, re.M))
+    assert len(starts) == 4 and starts == ends, done.stdout
+    assert any("max_num_batched_tokens=" in text and "*" in text for text in starts.values())

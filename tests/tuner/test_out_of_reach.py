@@ -21,12 +21,13 @@ from autotune.workload.expand import load_plan
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL = REPO / "tests" / "e2e" / "data" / "tuner-small.yaml"
+TWINS = REPO / "tests" / "e2e" / "data" / "fp8-twins.yaml"
 WORKLOAD = REPO / "workloads" / "sample-claudecode.jsonl"
 HARDWARE, SIM_MODEL = "rtx4080s-32g", "qwen3.6-27b-awq"
 
 
-def make_tuner(slo: str, warm_start: int = 3) -> tuple[Tuner, SimOracle]:
-    space = load_space(SMALL)
+def make_tuner(slo: str, warm_start: int = 3, space: Path = SMALL) -> tuple[Tuner, SimOracle]:
+    space = load_space(space)
     goal = Goal(objectives=[ObjectiveName.THROUGHPUT], slos=parse_slos([slo]))
     oracle = SimOracle(
         hardware=HARDWARE,
@@ -163,3 +164,14 @@ def test_what_the_warm_start_had_no_time_to_predict_comes_next_never_a_pre_scree
         )
         proposed.append(candidate.key)
     assert len(set(proposed)) == 8
+
+
+@pytest.mark.parametrize("slo", ["ttft_p95<=10m", "ttft_p95<=10ms"])
+def test_seeds_are_not_twins_the_simulator_cannot_tell_apart(slo: str) -> None:
+    """Before: fp8_e4m3 and fp8_e5m2 of one config (the same bytes and speed) were two
+    seeds, one launch spent on a known answer (seen on real Claude Code traces)."""
+    tuner, _ = make_tuner(slo, warm_start=2, space=TWINS)
+    assert tuner.guide is not None
+    seeds = tuner._seeds
+    assert len(seeds) == 2
+    assert seeds[0].params["max_num_seqs"] != seeds[1].params["max_num_seqs"], seeds
