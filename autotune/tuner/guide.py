@@ -118,17 +118,20 @@ class Guide:
 
     def equivalent_to(self, keys: set[str]) -> np.ndarray:
         """Mask of candidates that are one of ``keys`` or behave like one as far as the
-        simulator can tell (the same prediction, near in the space)."""
+        simulator can tell (the same prediction, near in the space; or twins: the exact
+        same prediction one categorical apart)."""
         mask = np.array([c.key in keys for c in self.candidates], dtype=bool)
         for j in (self.by_key[key] for key in keys if key in self.by_key):
             # A feasible one by its predicted value, one that misses an SLO by its shortfall.
             rank = self.utility if np.isfinite(self.utility[j]) else self.shortfall
             if not np.isfinite(rank[j]):
                 continue
-            near = np.linalg.norm(self.coords - self.coords[j], axis=1) < EQUIVALENT_DISTANCE
-            same = np.abs(rank - rank[j]) < SAME_PREDICTION
+            distance = np.linalg.norm(self.coords - self.coords[j], axis=1)
+            gap = np.abs(rank - rank[j])
+            twins = (gap < TIED_PREDICTION) & (distance < TWIN_DISTANCE)
+            same = (gap < SAME_PREDICTION) & (distance < EQUIVALENT_DISTANCE)
             alike = np.isfinite(self.utility) == np.isfinite(self.utility[j])
-            mask |= near & same & alike
+            mask |= (same | twins) & alike
         return mask
 
 

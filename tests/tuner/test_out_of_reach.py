@@ -175,3 +175,18 @@ def test_seeds_are_not_twins_the_simulator_cannot_tell_apart(slo: str) -> None:
     seeds = tuner._seeds
     assert len(seeds) == 2
     assert seeds[0].params["max_num_seqs"] != seeds[1].params["max_num_seqs"], seeds
+
+
+def test_a_measured_config_s_twin_counts_as_tried() -> None:
+    """Before: once fp8_e4m3 of a config was measured, the sampler could still propose
+    its fp8_e5m2 twin, and racing then re-measured both (3 runs each in one study)."""
+    tuner, _ = make_tuner("ttft_p95<=10m", warm_start=2, space=TWINS)
+    guide = tuner.guide
+    assert guide is not None
+    by_params = {tuple(sorted(c.params.items())): c.key for c in guide.candidates}
+    e4m3 = by_params[(("kv_cache_dtype", "fp8_e4m3"), ("max_num_seqs", 2))]
+    e5m2 = by_params[(("kv_cache_dtype", "fp8_e5m2"), ("max_num_seqs", 2))]
+    other = by_params[(("kv_cache_dtype", "fp8_e4m3"), ("max_num_seqs", 4))]
+    tried = guide.equivalent_to({e4m3})
+    assert tried[guide.by_key[e5m2]]
+    assert not tried[guide.by_key[other]]  # a different prediction stays untried
