@@ -26,8 +26,9 @@ WORKLOAD = REPO / "workloads" / "sample-claudecode.jsonl"
 HARDWARE, SIM_MODEL = "rtx4080s-32g", "qwen3.6-27b-awq"
 
 
-def make_tuner(slo: str, warm_start: int = 3, space: Path = SMALL) -> tuple[Tuner, SimOracle]:
-    space = load_space(space)
+def make_tuner(
+    slo: str, warm_start: int = 3, space: Path = SMALL, settings: TunerSettings | None = None
+) -> tuple[Tuner, SimOracle]:
     goal = Goal(objectives=[ObjectiveName.THROUGHPUT], slos=parse_slos([slo]))
     oracle = SimOracle(
         hardware=HARDWARE,
@@ -37,8 +38,8 @@ def make_tuner(slo: str, warm_start: int = 3, space: Path = SMALL) -> tuple[Tune
         goal=goal,
     )
     tuner = Tuner(
-        TunerSettings(warm_start=warm_start),
-        space=space,
+        settings or TunerSettings(warm_start=warm_start),
+        space=load_space(space),
         model=SIM_MODEL,
         engine_version=None,
         prescreen=make_prescreen(hardware=HARDWARE, sim_model=SIM_MODEL),
@@ -125,25 +126,8 @@ def test_no_line_and_best_first_seeds_when_the_slo_is_in_reach() -> None:
 
 
 def test_what_the_warm_start_had_no_time_to_predict_comes_next_never_a_pre_screen_reject() -> None:
-    space = load_space(SMALL)
-    goal = Goal(objectives=[ObjectiveName.THROUGHPUT], slos=parse_slos(["ttft_p95<=10ms"]))
-    oracle = SimOracle(
-        hardware=HARDWARE,
-        sim_model=SIM_MODEL,
-        plan=load_plan(WORKLOAD),
-        load=LoadSpec(concurrency=4, max_requests=10),
-        goal=goal,
-    )
-    tuner = Tuner(
-        TunerSettings(warm_start=1, warm_start_budget_s=1e-9),  # stops after one prediction
-        space=space,
-        model=SIM_MODEL,
-        engine_version=None,
-        prescreen=make_prescreen(hardware=HARDWARE, sim_model=SIM_MODEL),
-        oracle=oracle,
-        maximize=True,
-        guided=True,
-        seed=1,
+    tuner, _ = make_tuner(  # the warm start stops after one prediction
+        "ttft_p95<=10ms", settings=TunerSettings(warm_start=1, warm_start_budget_s=1e-9)
     )
     guide, sampler = tuner.guide, tuner.sampler
     assert guide is not None and sampler is not None
