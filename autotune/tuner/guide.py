@@ -152,15 +152,21 @@ def make_encoder(space: SearchSpace, engine_version: str | None) -> Any:
             value = params.get(name)
             if isinstance(dist, optuna.distributions.CategoricalDistribution):
                 row += [(1.0 if value == choice else 0.0) / math.sqrt(2) for choice in dist.choices]
-            elif dist.high == dist.low:
-                row.append(0.0)
-            elif dist.log:
-                row.append(math.log(value / dist.low) / math.log(dist.high / dist.low))
             else:
-                row.append((value - dist.low) / (dist.high - dist.low))
+                row.append(unit_position(dist, value))
         return np.array(row)
 
     return encode
+
+
+def unit_position(dist: Any, value: float) -> float:
+    """Where ``value`` lies between a numeric distribution's bounds, 0..1 (log-scaled
+    where the distribution is)."""
+    if dist.high == dist.low:
+        return 0.0
+    if dist.log:
+        return math.log(value / dist.low) / math.log(dist.high / dist.low)
+    return (value - dist.low) / (dist.high - dist.low)
 
 
 def build_guide(

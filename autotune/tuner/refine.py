@@ -30,7 +30,13 @@ import optuna
 
 from autotune.space import SearchSpace
 from autotune.trial import Prescreen, derive_config
-from autotune.tuner.guide import SAME_PREDICTION, Guide, PredictionCache, utility_of
+from autotune.tuner.guide import (
+    SAME_PREDICTION,
+    Guide,
+    PredictionCache,
+    unit_position,
+    utility_of,
+)
 from autotune.tuner.lattice import Candidate, config_key, ladder
 from autotune.tuner.predictor import SimOracle, predict_all
 from autotune.tuner.residual import ResidualModel
@@ -62,12 +68,7 @@ class _Knob:
         self.first_step = max(gaps, default=0.0) / 2  # half the lattice's spacing
 
     def unit(self, value: float) -> float:
-        low, high = self.dist.low, self.dist.high
-        if high == low:
-            return 0.0
-        if self.dist.log:
-            return math.log(value / low) / math.log(high / low)
-        return (value - low) / (high - low)
+        return unit_position(self.dist, value)
 
     def value(self, unit: float) -> Any:
         low, high = self.dist.low, self.dist.high
