@@ -30,6 +30,7 @@ PREEMPTIONS = "vllm:num_preemptions_total"
 SPEC_DRAFTS = "vllm:spec_decode_num_drafts_total"
 SPEC_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 SPEC_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+SPEC_ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"  # label position
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
 KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
@@ -74,6 +75,26 @@ def _delta(before: MetricSamples, after: MetricSamples, *names: str) -> int | No
     if end is None:
         return None
     return round(end - (start or 0.0))
+
+
+def _by_position(samples: MetricSamples) -> dict[int, float]:
+    """Accepted tokens per draft position, summed over engines."""
+    totals: dict[int, float] = {}
+    for sample in samples.get(SPEC_ACCEPTED_PER_POS, []):
+        position = _int_label(sample.labels, "position")
+        if position is not None:
+            totals[position] = totals.get(position, 0.0) + sample.value
+    return totals
+
+
+def acceptance_per_position(
+    before: MetricSamples, after: MetricSamples, drafts: int | None
+) -> tuple[float, ...] | None:
+    """Accepted at each draft position / drafts over the replay (None: not exported)."""
+    start, end = _by_position(before), _by_position(after)
+    if not end or not drafts:
+        return None
+    return tuple((end.get(i, 0.0) - start.get(i, 0.0)) / drafts for i in range(max(end) + 1))
 
 
 def _ratio(part: int | None, whole: int | None) -> float | None:
@@ -156,6 +177,7 @@ def server_stats_between(before: str, after: str, samples: Sequence[str] = ()) -
         spec_decode_mean_acceptance_length=(
             1 + accepted / drafts if accepted is not None and drafts else None
         ),
+        spec_decode_acceptance_per_position=acceptance_per_position(start, end, drafts),
         kv_cache_tokens=kv_cache_tokens(end) or kv_cache_tokens(start),
         block_size=_int_label(labels, "block_size"),
         prefix_caching_enabled=_flag_label(labels, "enable_prefix_caching"),

@@ -114,6 +114,8 @@ class ServerStats(BaseModel):
     spec_decode_accepted_tokens: int | None = None
     spec_decode_acceptance_rate: float | None = None  # accepted / draft tokens
     spec_decode_mean_acceptance_length: float | None = None  # 1 + accepted / drafts
+    # Accepted at draft position i / drafts (vLLM's per-position rate), one per position.
+    spec_decode_acceptance_per_position: tuple[float, ...] | None = None
     kv_cache_tokens: int | None = None  # from vllm:cache_config_info labels
     block_size: int | None = None  # from vllm:cache_config_info labels
     prefix_caching_enabled: bool | None = None  # from vllm:cache_config_info labels

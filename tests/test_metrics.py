@@ -77,7 +77,7 @@ def test_peaks_come_from_mid_run_scrapes() -> None:
 
 
 def test_spec_decode_rates_and_engines_summed() -> None:
-    def scrape(drafts: int, draft_tokens: int, accepted: int) -> str:
+    def scrape(drafts: int, draft_tokens: int, accepted: int, per_pos: tuple[int, ...]) -> str:
         lines = []
         for engine in ("0", "1"):
             labels = f'{{engine="{engine}",model_name="m"}}'
@@ -85,13 +85,19 @@ def test_spec_decode_rates_and_engines_summed() -> None:
                 f"vllm:spec_decode_num_drafts_total{labels} {drafts}",
                 f"vllm:spec_decode_num_draft_tokens_total{labels} {draft_tokens}",
                 f"vllm:spec_decode_num_accepted_tokens_total{labels} {accepted}",
+                *(
+                    f"vllm:spec_decode_num_accepted_tokens_per_pos_total"
+                    f'{labels[:-1]},position="{position}"}} {count}'
+                    for position, count in enumerate(per_pos)
+                ),
             ]
         return "\n".join(lines) + "\n"
 
-    stats = server_stats_between(scrape(10, 30, 15), scrape(110, 330, 195))
+    stats = server_stats_between(scrape(10, 30, 15, (8, 5, 2)), scrape(110, 330, 195, (98, 65, 32)))
     assert stats.spec_decode_drafts == 200 and stats.spec_decode_draft_tokens == 600
     assert stats.spec_decode_acceptance_rate == pytest.approx(360 / 600)
     assert stats.spec_decode_mean_acceptance_length == pytest.approx(1 + 360 / 200)
+    assert stats.spec_decode_acceptance_per_position == pytest.approx((0.9, 0.6, 0.3))
 
 
 def test_cache_config_helpers_on_real_dump() -> None:

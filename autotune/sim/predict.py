@@ -132,6 +132,11 @@ def _server_stats(
         spec_decode_mean_acceptance_length=(
             1 + counters.spec_decode_num_accepted_tokens / drafts if spec and drafts else None
         ),
+        spec_decode_acceptance_per_position=(
+            tuple(accepted / drafts for accepted in counters.spec_decode_accepted_per_pos)
+            if spec and drafts
+            else None
+        ),
         kv_cache_tokens=memory.kv_cache_tokens,
         block_size=memory.block_size,
     )
