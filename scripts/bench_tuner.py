@@ -417,6 +417,7 @@ STRATEGIES: dict[str, tuple[str, TunerSettings]] = {
         "guided",
         replace(DEFAULT, refine=not DEFAULT.refine),
     ),
+    "default, no recalibration": ("guided", replace(DEFAULT, recalibrate=False)),
     "default, no simulator (tpe)": ("tpe", DEFAULT),
 }
 QUICK = ["grid (auto_tune walk)", "random", "tpe", "default"]

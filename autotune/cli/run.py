@@ -174,6 +174,14 @@ def run(
             "near the best estimates (guided, with --learn).",
         ),
     ] = TunerSettings.refine,
+    recalibrate: Annotated[
+        bool,
+        typer.Option(
+            "--recalibrate/--no-recalibrate",
+            help="Re-predict the MTP configs with the draft acceptance measured trials report "
+            "in /metrics, and re-rank (guided).",
+        ),
+    ] = TunerSettings.recalibrate,
     dedup: Annotated[
         bool,
         typer.Option("--dedup/--no-dedup", help="Never launch the same effective config twice."),
@@ -293,6 +301,7 @@ def run(
             crown_prior=crown_prior,
             explore_tail=explore_tail,
             refine=refine,
+            recalibrate=recalibrate,
             dedup=dedup,
             recheck=recheck,
             prune=prune,

@@ -81,6 +81,16 @@ class Guide:
         self.coords = np.vstack([self.coords, *[self.encode(c.params) for c in candidates]])
         self.__post_init__()
 
+    def repredict(self, indices: list[int], scores: list[Score | None], maximize: bool) -> None:
+        """Replace the predictions of the candidates at ``indices`` (a recalibrated
+        simulator's: ``autotune.tuner.acceptance``)."""
+        self.scores = list(self.scores or [None] * len(self.candidates))
+        for index, scored in zip(indices, scores, strict=True):
+            self.scores[index] = scored
+            feasible = scored is not None and scored.feasible and scored.values
+            self.utility[index] = utility_of(scored.values[0], maximize) if feasible else np.nan
+        self.__post_init__()
+
     @property
     def predicted(self) -> int:
         return int(np.isfinite(self.utility).sum())

@@ -119,6 +119,10 @@ class Refiner:
         self._launch: dict[str, Candidate | None] = {}  # params -> launch (None: not allowed)
         self.predictions = 0  # simulator runs of every refinement so far
 
+    def use(self, oracle: SimOracle, cache: PredictionCache) -> None:
+        """Predict with ``oracle`` from now on (a recalibrated simulator), into ``cache``."""
+        self.oracle, self.cache = oracle, cache
+
     def refine(
         self,
         guide: Guide,

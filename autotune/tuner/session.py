@@ -27,6 +27,7 @@ from autotune.defaults import DEFAULT_PRUNE
 from autotune.space import SearchSpace
 from autotune.trial import Prescreen
 from autotune.trial_record import TrialRecord
+from autotune.tuner.acceptance import Recalibration
 from autotune.tuner.confirm import (
     beliefs,
     confirmation_targets,
@@ -62,6 +63,7 @@ class TunerSettings:
     crown_prior: bool = False  # the crown weighs the simulator's corrected prediction too
     explore_tail: bool = True  # the tail explores while a config is predicted to beat the leader
     refine: bool = True  # after each new measurement, add off-lattice configs near the best
+    recalibrate: bool = True  # re-predict MTP configs with the acceptance trials measured
     dedup: bool = True  # never launch a measured effective config again
     recheck: bool = False  # re-measure a new leader measured once, at once (bench: off wins)
     prune: bool = DEFAULT_PRUNE  # stop a trial whose throughput so far is far below the best's
@@ -101,6 +103,9 @@ class Tuner:
         self._proposed: set[str] = set()  # seed keys handed to a trial by this process
         self.refiner: Refiner | None = None
         self._refined_at = 0  # measured configs when the guide was last refined
+        self.recalibration: Recalibration | None = None
+        self._say = say or (lambda _: None)
+        cache = {} if cache is None else cache
         if guided and oracle is not None:
             self.guide = build_guide(
                 space,
@@ -133,6 +138,20 @@ class Tuner:
                 )
             if settings.warm_start > 0:
                 self._seeds = self.guide.diverse_top(settings.warm_start)
+            if settings.recalibrate:
+                self.recalibration = Recalibration(oracle, cache)
+
+    def recalibrate(self) -> bool:
+        """Re-predict the guide's MTP configs when the acceptance measured so far moved
+        (``tuner.acceptance``); the refiner predicts with the recalibrated simulator too.
+        Seeds already chosen stay; what the sampler picks next uses the new ranking."""
+        found = self.recalibration
+        if found is None or self.guide is None or not found.update(self.guide, self.maximize):
+            return False
+        if self.refiner is not None:
+            self.refiner.use(found.oracle, found.cache)
+        self._say(found.describe())
+        return True
 
     def refine(self) -> int:
         """Add off-lattice configs near the best estimates by the simulator and the
@@ -161,6 +180,7 @@ class Tuner:
     def next_role(self, study: optuna.Study, trial: FrozenTrial) -> Role | None:
         """What the new ``trial`` launches, if the tuner decides it (see the module docstring)."""
         self.sync(study)  # what other workers measured or are launching
+        self.recalibrate()
         if self.settings.learn and len(self.index.by_key) > self._refined_at:
             self._refined_at = len(self.index.by_key)
             self.refine()
@@ -352,6 +372,9 @@ class Tuner:
         constraints: dict[str, float],
     ) -> None:
         measured = bool(trial.user_attrs.get("measured")) and values is not None
+        if measured and self.recalibration is not None:
+            stats = TrialRecord.read(trial.user_attrs).server_stats
+            self.recalibration.observe(trial.number, stats)
         self.index.add(
             key,
             params=dict(trial.params),
