@@ -161,11 +161,11 @@ class Recalibration:
         self.rates, self.updates = estimate, self.updates + 1
         self.oracle = calibrated(self.base_oracle, estimate)
         self.cache = CalibratedCache(self.base_cache, tag(estimate))
-        unpredicted = guide.unpredicted if guide.unpredicted is not None else ()
+        assert guide.unpredicted is not None
         affected = [
             i
             for i, candidate in enumerate(guide.candidates)
-            if not (len(unpredicted) and unpredicted[i]) and self._is_speculative(candidate)
+            if not guide.unpredicted[i] and self._is_speculative(candidate)
         ]
         missing = [
             guide.candidates[i] for i in affected if guide.candidates[i].key not in self.cache

@@ -78,6 +78,8 @@ class Guide:
         self.scores = [*(self.scores or [None] * len(self.candidates)), *scores]
         self.candidates = [*self.candidates, *candidates]
         self.utility = np.concatenate([self.utility, utility])
+        assert self.unpredicted is not None
+        self.unpredicted = np.concatenate([self.unpredicted, np.zeros(len(candidates), bool)])
         self.coords = np.vstack([self.coords, *[self.encode(c.params) for c in candidates]])
         self.__post_init__()
 

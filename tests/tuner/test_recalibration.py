@@ -22,9 +22,10 @@ from autotune.sim.speed_constants import DEFAULT_CONSTANTS
 from autotune.space import load_space
 from autotune.trial_record import TrialRecord
 from autotune.tuner.acceptance import Observation, pooled
+from autotune.tuner.lattice import Candidate
 from autotune.tuner.predictor import SimOracle
 from autotune.tuner.session import Tuner, TunerSettings
-from autotune.vocabulary import Outcome
+from autotune.vocabulary import Outcome, ServerStats
 from autotune.workload.expand import load_plan
 
 REPO = Path(__file__).resolve().parents[2]
@@ -119,6 +120,15 @@ def test_a_measured_low_acceptance_re_ranks_mtp_1_first(oracle, cache) -> None:
     assert abs(tuner.guide.utility[measured] - np.log(value)) < 0.02
     # The same estimate again moves nothing: no second re-prediction.
     assert not tuner.recalibrate()
+    # A config refinement added off the lattice is re-predicted too, when the estimate moves.
+    top = tuner.guide.candidates[int(np.nanargmax(tuner.guide.utility))]
+    off = Candidate({**top.params, "max_num_seqs": 3}, top.config, top.key + " off", top.memory)
+    tuner.guide.extend([off], [None], [np.nan])
+    tuner.recalibration.observe(
+        99, ServerStats(spec_decode_acceptance_per_position=(0.5, 0.05), spec_decode_drafts=10**7)
+    )
+    assert tuner.recalibrate()
+    assert np.isfinite(tuner.guide.utility[-1])
 
 
 def test_without_recalibration_the_ranking_stays_the_simulators(oracle, cache) -> None:
