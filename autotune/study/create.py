@@ -113,7 +113,8 @@ def create_or_resume(
     engine_version: str,
     tuner: Tuner | None = None,
 ) -> optuna.Study:
-    """Create the study, or load it and refuse to resume with another space/workload/goal."""
+    """Create the study, or load it (``check_resumable`` has vetted its identity) and refuse
+    other objective directions."""
     sampler = make_sampler(
         spec.sampler,
         seed=spec.seed,
@@ -122,18 +123,8 @@ def create_or_resume(
         engine_version=engine_version,
         tuner=tuner,
     )
-    attrs = study_attrs(spec, engine_version)
     pruner = BelowBestPruner() if prunes(spec) else optuna.pruners.NopPruner()
-    existing = {summary.study_name: summary for summary in optuna.get_all_study_summaries(storage)}
-    if spec.name in existing:
-        stored = existing[spec.name].user_attrs
-        for key in IDENTITY_ATTRS:
-            if key in stored and stored[key] != attrs[key]:
-                raise StudyMismatchError(
-                    f"study {spec.name!r} was created with another {key.replace('_', ' ')} "
-                    f"({stored[key]!r}, now {attrs[key]!r}); use --study NEW_NAME"
-                )
-        _check_same_calibration(spec.name, stored, attrs["calibration"])
+    if spec.name in optuna.get_all_study_names(storage):
         study = optuna.load_study(
             study_name=spec.name, storage=storage, sampler=sampler, pruner=pruner
         )
@@ -150,9 +141,29 @@ def create_or_resume(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         study.set_metric_names(spec.goal.metric_names)
-    for key, value in attrs.items():
+    for key, value in study_attrs(spec, engine_version).items():
         study.set_user_attr(key, value)
     return study
+
+
+def check_resumable(
+    spec: StudySpec, storage: optuna.storages.BaseStorage, engine_version: str
+) -> None:
+    """StudyMismatchError when study ``spec.name`` exists with another space, workload,
+    goal, engine, model or calibration profile. Checked before the warm start, so that
+    a refusal does not wait for the whole space to be predicted."""
+    existing = {summary.study_name: summary for summary in optuna.get_all_study_summaries(storage)}
+    if spec.name not in existing:
+        return
+    attrs = study_attrs(spec, engine_version)
+    stored = existing[spec.name].user_attrs
+    for key in IDENTITY_ATTRS:
+        if key in stored and stored[key] != attrs[key]:
+            raise StudyMismatchError(
+                f"study {spec.name!r} was created with another {key.replace('_', ' ')} "
+                f"({stored[key]!r}, now {attrs[key]!r}); use --study NEW_NAME"
+            )
+    _check_same_calibration(spec.name, stored, attrs["calibration"])
 
 
 def _check_same_calibration(name: str, stored: dict[str, Any], used: dict[str, Any] | None) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.study.create import create_or_resume
+from autotune.study.create import check_resumable, create_or_resume
 from autotune.study.runner import TrialRunner
 from autotune.study.spec import StudyObserver, StudySpec
 from autotune.study.storage import (
@@ -33,6 +33,7 @@ def run_study(spec: StudySpec, *, observer: StudyObserver | None = None) -> optu
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     storage = open_storage(spec.storage_url, heartbeat_interval_s=spec.heartbeat_interval_s)
     engine_version = spec.engine.version()
+    check_resumable(spec, storage, engine_version)
     tuner = make_tuner(spec, engine_version, say=observer.on_phase if observer else None)
     if observer is not None and tuner.describe():
         observer.on_phase(tuner.describe() or "")
