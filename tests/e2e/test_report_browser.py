@@ -92,6 +92,7 @@ def sim_study(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, P
         "--trials", "4",
         "--max-requests", "16",
         "--time-scale", "200",  # fast: these tests check outputs, not fidelity
+        "--warm-start-budget", "3s",  # the seeds come from what was predicted by then
         "--seed", "1",
         "--storage", storage_url,
         cwd=workdir,
