@@ -29,7 +29,7 @@ from tests.e2e.conftest import (
 
 SMALL = REPO / "tests" / "e2e" / "data" / "tuner-small.yaml"
 DEDUP = REPO / "tests" / "e2e" / "data" / "tuner-dedup.yaml"
-FAST = ["--time-scale", "50", "--max-requests", "10", "--concurrency", "4"]
+FAST = ["--time-scale", "200", "--max-requests", "10", "--concurrency", "4"]
 
 
 def run(tmp_path: Path, space: Path, *extra: str) -> tuple[subprocess.CompletedProcess, list]:
