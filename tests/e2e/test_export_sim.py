@@ -32,8 +32,8 @@ def test_export_serves_the_users_model_and_starts_the_lmcache_server(tmp_path: P
             "run", "--workload", str(SAMPLE_WORKLOAD), "--engine", "sim",
             "--hardware", "rtx4080s-32g", "--model", USER_MODEL,
             "--sim-model", "qwen3.6-27b-awq", "--space", str(space), "--storage", db,
-            "--trials", "1",
-            "--max-requests", "6", "--concurrency", "3", "--time-scale", "50",
+            "--trials", "1", "--warm-start-budget", "1s",  # the baseline alone: no seed
+            "--max-requests", "6", "--concurrency", "3", "--time-scale", "200",
         ),
         cwd=tmp_path, capture_output=True, text=True, timeout=220,
     )  # fmt: skip

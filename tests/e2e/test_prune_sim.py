@@ -36,7 +36,7 @@ def run_args(db: Path, *extra: str) -> list[str]:
         "run", "--workload", str(SAMPLE_WORKLOAD), "--engine", "sim",
         "--hardware", "rtx4080s-32g", "--model", "qwen3.6-27b-awq", "--space", str(PRUNE_SPACE),
         "--storage", f"sqlite:///{db}", "--study", "prune", "--sampler", "grid", "--seed", "1",
-        "--warm-start", "0", "--confirm", "0", "--time-scale", "20", "--mode", "concurrency",
+        "--warm-start", "0", "--confirm", "0", "--time-scale", "50", "--mode", "concurrency",
         "--concurrency", "8", "--max-requests", str(REQUESTS), *extra,
     ]  # fmt: skip
 
