@@ -82,6 +82,11 @@ class TrialRecord(BaseModel):
     confirms: int | None = Field(
         None, description="the trial whose config this one re-measures (confirmation), or null"
     )
+    neighbour_of: int | None = Field(
+        None,
+        description="the measured trial whose config this one's is a neighbour of off the "
+        "lattice (measured local search), or null",
+    )
     duplicate_of: int | None = Field(
         None,
         description="the trial that measured this effective config (outcome `duplicate`, no "

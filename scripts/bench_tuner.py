@@ -418,8 +418,16 @@ STRATEGIES: dict[str, tuple[str, TunerSettings]] = {
         replace(DEFAULT, refine=not DEFAULT.refine),
     ),
     "default, no recalibration": ("guided", replace(DEFAULT, recalibrate=False)),
+    "default, no local search": ("guided", replace(DEFAULT, local_search=0)),
     "default, no simulator (tpe)": ("tpe", DEFAULT),
 }
+STRATEGIES.update(  # the local search's budget, against the default's
+    {
+        f"default, local search {n}": ("guided", replace(DEFAULT, local_search=n))
+        for n in (2, 8, 12)
+        if n != DEFAULT.local_search
+    }
+)
 QUICK = ["grid (auto_tune walk)", "random", "tpe", "default"]
 
 

@@ -182,6 +182,14 @@ def run(
             "in /metrics, and re-rank (guided).",
         ),
     ] = TunerSettings.recalibrate,
+    local_search: Annotated[
+        int,
+        typer.Option(
+            "--local-search",
+            help="At most N launches of the tail on the measured leaders' neighbours between "
+            "the lattice's points, once nothing is predicted to beat the leader (guided; 0: off).",
+        ),
+    ] = TunerSettings.local_search,
     dedup: Annotated[
         bool,
         typer.Option("--dedup/--no-dedup", help="Never launch the same effective config twice."),
@@ -302,6 +310,7 @@ def run(
             explore_tail=explore_tail,
             refine=refine,
             recalibrate=recalibrate,
+            local_search=local_search,
             dedup=dedup,
             recheck=recheck,
             prune=prune,

@@ -163,13 +163,21 @@ class Refiner:
             gain=gain,
         )
 
+    def predicted(self, candidate: Candidate) -> float:
+        """The simulator's predicted utility of a launch (NaN: predicted not to run or to
+        miss a constraint); predicted once, then read from the cache."""
+        if candidate.key not in self.cache:
+            self.cache[candidate.key] = predict_all(self.oracle, [candidate.config])[0]
+            self.predictions += 1
+        return self._utility(candidate.key)
+
     def _utility(self, key: str) -> float:
         scored = self.cache.get(key)
         if scored is None or not scored.feasible or not scored.values:
             return math.nan
         return utility_of(scored.values[0], self.maximize)
 
-    def _candidate(self, params: dict[str, Any]) -> Candidate | None:
+    def candidate(self, params: dict[str, Any]) -> Candidate | None:
         """The launch ``params`` makes, if the rules and the pre-screen allow it."""
         tag = repr(sorted(params.items()))
         if tag not in self._launch:
@@ -237,7 +245,7 @@ class Refiner:
                 now = here.params[knob.name]
                 for sign in (1, -1):
                     moved = knob.value(knob.unit(now) + sign * steps[knob.name])
-                    found = self._candidate({**here.params, knob.name: moved})
+                    found = self.candidate({**here.params, knob.name: moved})
                     if moved != now and found is not None:
                         points.append(found)
             estimates = self._estimate(guide, residual, points, limit)

@@ -26,10 +26,15 @@ class Role:
     params: dict[str, Any]
     warm_start: int | None = None  # rank of the seed (1: predicted best)
     confirms: int | None = None  # the trial whose config this re-measures
+    neighbour_of: int | None = None  # the measured trial whose off-lattice neighbour this is
 
     def attrs(self) -> dict[str, int]:
         """The trial attrs that say why it was launched (``TrialRecord`` fields)."""
-        found = {"warm_start": self.warm_start, "confirms": self.confirms}
+        found = {
+            "warm_start": self.warm_start,
+            "confirms": self.confirms,
+            "neighbour_of": self.neighbour_of,
+        }
         return {key: value for key, value in found.items() if value is not None}
 
 

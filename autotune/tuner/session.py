@@ -4,7 +4,8 @@
 ``ScheduledSampler`` around the study's sampler, through which the tuner
 chooses the warm-start seeds (right after the baseline) and the re-measurements
 (the last ``confirm`` trials of the budget, and any earlier trial where a
-re-measurement is worth more than a new config: ``confirm.race``) without
+re-measurement is worth more than a new config: ``confirm.race``), and in the
+tail the measured leaders' neighbours off the lattice (``local``), without
 enqueueing anything; ``twin`` (before launching) and ``record`` (after) keep the index of
 measured launches; ``finish`` crowns. Each technique has its switch in
 ``TunerSettings``.
@@ -35,9 +36,11 @@ from autotune.tuner.confirm import (
     duel,
     exploration_gain,
     race,
+    ranked,
 )
 from autotune.tuner.guide import Guide, PredictionCache, build_guide, utility_of
 from autotune.tuner.lattice import Candidate
+from autotune.tuner.local import LocalSearch
 from autotune.tuner.measured import Measured, MeasuredIndex
 from autotune.tuner.predictor import SimOracle
 from autotune.tuner.record import TunerStudyRecord, WarmStartSummary, Winner
@@ -64,6 +67,7 @@ class TunerSettings:
     explore_tail: bool = True  # the tail explores while a config is predicted to beat the leader
     refine: bool = True  # after each new measurement, add off-lattice configs near the best
     recalibrate: bool = True  # re-predict MTP configs with the acceptance trials measured
+    local_search: int = 4  # tail launches of the measured leaders' neighbours (0: off)
     dedup: bool = True  # never launch a measured effective config again
     recheck: bool = False  # re-measure a new leader measured once, at once (bench: off wins)
     prune: bool = DEFAULT_PRUNE  # stop a trial whose throughput so far is far below the best's
@@ -102,6 +106,7 @@ class Tuner:
         self._seeds: list[Candidate] = []
         self._proposed: set[str] = set()  # seed keys handed to a trial by this process
         self.refiner: Refiner | None = None
+        self.local: LocalSearch | None = None
         self._refined_at = 0  # measured configs when the guide was last refined
         self.recalibration: Recalibration | None = None
         self._say = say or (lambda _: None)
@@ -126,7 +131,7 @@ class Tuner:
                 learn=settings.learn,
                 seed=seed,
             )
-            if settings.refine:
+            if settings.refine or settings.local_search > 0:
                 self.refiner = Refiner(
                     space,
                     model=model,
@@ -136,6 +141,8 @@ class Tuner:
                     maximize=maximize,
                     cache=cache,
                 )
+            if settings.local_search > 0 and self.refiner is not None:
+                self.local = LocalSearch(self.refiner, settings.local_search)
             if settings.warm_start > 0:
                 self._seeds = self.guide.diverse_top(settings.warm_start)
             if settings.recalibrate:
@@ -156,10 +163,11 @@ class Tuner:
     def refine(self) -> int:
         """Add off-lattice configs near the best estimates by the simulator and the
         residual learned so far (``tuner.refine``); how many were added."""
-        if self.refiner is None or self.guide is None or self.sampler is None:
+        refiner, guide, sampler = self.refiner, self.guide, self.sampler
+        if not self.settings.refine or refiner is None or guide is None or sampler is None:
             return 0
-        residual = self.sampler.residual_model()
-        return 0 if residual is None else self.refiner.refine(self.guide, residual).added
+        residual = sampler.residual_model()
+        return 0 if residual is None else refiner.refine(guide, residual).added
 
     def wrap(self, base: optuna.samplers.BaseSampler) -> ScheduledSampler:
         """The study's sampler: ``base``, with the tuner choosing seeds and confirmations."""
@@ -185,6 +193,9 @@ class Tuner:
             self._refined_at = len(self.index.by_key)
             self.refine()
         if self._in_tail(study) and not self._promising():
+            role = self._neighbour()
+            if role is not None:
+                return role
             running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
             role = self._confirmation(sum(t.number < trial.number for t in running))
             if role is not None:
@@ -203,6 +214,17 @@ class Tuner:
         tried = self.sampler.guide.equivalent_to(set(self.index.by_key) | self.index.pending)
         best = np.where(tried | ~np.isfinite(mean), -np.inf, mean).max(initial=-np.inf)
         return bool(best > utility_of(leader.mean, self.maximize))
+
+    def _neighbour(self) -> Role | None:
+        """An untried neighbour of the measured leaders off the lattice (``tuner.local``)."""
+        if self.local is None:
+            return None
+        leaders = ranked(self.index, maximize=self.maximize, prior=False)
+        proposal = self.local.propose(self.index, self.crowned(), leaders)
+        if proposal is None:
+            return None
+        params, centre = proposal
+        return Role(params, neighbour_of=centre)
 
     def _race_early(self, study: optuna.Study, trial: FrozenTrial) -> Role | None:
         """A re-measurement before the tail, when the crown's expected gain from it beats
