@@ -141,10 +141,12 @@ class Tuner:
                     maximize=maximize,
                     cache=cache,
                 )
-            if settings.local_search > 0 and self.refiner is not None:
-                self.local = LocalSearch(self.refiner, settings.local_search)
             if settings.warm_start > 0:
                 self._seeds = self.guide.diverse_top(settings.warm_start)
+            # Racing keeps at least three quarters of the tail.
+            share = min(settings.local_search, self.confirm_slots // 4)
+            if share > 0 and self.refiner is not None:
+                self.local = LocalSearch(self.refiner, share)
             if settings.recalibrate:
                 self.recalibration = Recalibration(oracle, cache)
 
