@@ -190,6 +190,14 @@ def run(
             "the lattice's points, once nothing is predicted to beat the leader (guided; 0: off).",
         ),
     ] = TunerSettings.local_search,
+    reseed: Annotated[
+        bool,
+        typer.Option(
+            "--reseed/--no-reseed",
+            help="After a recalibration, replace the warm-start seeds not launched yet that it "
+            "predicts more than 5% below its best (guided).",
+        ),
+    ] = TunerSettings.reseed,
     dedup: Annotated[
         bool,
         typer.Option("--dedup/--no-dedup", help="Never launch the same effective config twice."),
@@ -311,6 +319,7 @@ def run(
             refine=refine,
             recalibrate=recalibrate,
             local_search=local_search,
+            reseed=reseed,
             dedup=dedup,
             recheck=recheck,
             prune=prune,

@@ -13,6 +13,7 @@ measured launches; ``finish`` crowns. Each technique has its switch in
 
 from __future__ import annotations
 
+import math
 import time
 import warnings
 from collections import Counter
@@ -52,6 +53,10 @@ PENDING_POLL_S = 1.0  # how often a worker looks whether another's measurement h
 TIMED_CONFIRM = 3  # re-measurements after a timed run's time is up (it raced before)
 SEARCHED = 2  # guided configs launched after the seeds before the racing tail may begin
 PARALLEL_TARGETS = 3  # workers in the tail together re-measure among this many top configs
+# After a recalibration, a seed not launched yet predicted this far below the best is
+# replaced (a seed within it is still a contender: the simulator's MTP predictions spread
+# by 2-4% between nearby acceptances).
+RESEED_MARGIN = 0.05
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,7 @@ class TunerSettings:
     refine: bool = True  # after each new measurement, add off-lattice configs near the best
     recalibrate: bool = True  # re-predict MTP configs with the acceptance trials measured
     local_search: int = 4  # tail launches of the measured leaders' neighbours (0: off)
+    reseed: bool = False  # after a recalibration, seeds not launched yet follow the new ranking
     dedup: bool = True  # never launch a measured effective config again
     recheck: bool = False  # re-measure a new leader measured once, at once (bench: off wins)
     prune: bool = DEFAULT_PRUNE  # stop a trial whose throughput so far is far below the best's
@@ -159,8 +165,29 @@ class Tuner:
             return False
         if self.refiner is not None:
             self.refiner.use(found.oracle, found.cache)
+        if self.settings.reseed:
+            self._reseed()
         self._say(found.describe())
         return True
+
+    def _reseed(self) -> None:
+        """Seeds not proposed yet that the recalibrated simulator now predicts more than
+        ``RESEED_MARGIN`` below its best are replaced by the best configs of its ranking."""
+        guide = self.guide
+        assert guide is not None
+        taken = self.index.by_key.keys() | self.index.pending | self._proposed
+        floor = float(np.nanmax(guide.utility)) + math.log(1.0 - RESEED_MARGIN)
+        stale = {
+            seed.key
+            for seed in self._seeds
+            if seed.key not in taken and not guide.utility[guide.by_key[seed.key]] >= floor
+        }
+        if not stale:
+            return
+        kept = [seed for seed in self._seeds if seed.key not in stale]
+        tried = guide.equivalent_to(set(taken) | {seed.key for seed in kept})
+        exclude = {c.key for c, known in zip(guide.candidates, tried, strict=True) if known}
+        self._seeds = kept + guide.diverse_top(len(stale), exclude=exclude)
 
     def refine(self) -> int:
         """Add off-lattice configs near the best estimates by the simulator and the

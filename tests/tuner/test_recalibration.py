@@ -131,6 +131,21 @@ def test_a_measured_low_acceptance_re_ranks_mtp_1_first(oracle, cache) -> None:
     assert np.isfinite(tuner.guide.utility[-1])
 
 
+def test_reseeding_replaces_the_seeds_the_recalibration_demoted(oracle, cache) -> None:
+    kept, reseeded = (
+        _tuner(oracle, cache, TunerSettings(warm_start=3, reseed=reseed))
+        for reseed in (False, True)
+    )
+    before = [seed.key for seed in kept._seeds]
+    for tuner in (kept, reseeded):
+        _measure_top(tuner, oracle)  # the first seed, MTP 2
+        assert tuner.recalibrate()
+    assert [seed.key for seed in kept._seeds] == before  # seeds chosen stay
+    assert reseeded._seeds[0].key == before[0]  # the launched one stays
+    assert any(seed.params["mtp_k"] == 1 for seed in reseeded._seeds[1:])
+    assert [seed.key for seed in reseeded._seeds] != before
+
+
 def test_without_recalibration_the_ranking_stays_the_simulators(oracle, cache) -> None:
     tuner = _tuner(oracle, cache, TunerSettings(recalibrate=False, learn=False))
     before = tuner.guide.utility.copy()
