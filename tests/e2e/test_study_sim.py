@@ -26,10 +26,14 @@ from tests.e2e.conftest import (
 
 OOM_SPACE = REPO / "tests" / "e2e" / "data" / "oom-boundary.yaml"
 FITS_SPACE = REPO / "tests" / "e2e" / "data" / "fits.yaml"
-FAST = ["--time-scale", "50", "--max-requests", "10", "--concurrency", "4", "--confirm", "0"]
+FAST = ["--max-requests", "10", "--concurrency", "4", "--confirm", "0"]
 
 
-def run_args(db: Path, *extra: str, study: str = "e2e", space: Path = OOM_SPACE) -> list[str]:
+def run_args(
+    db: Path, *extra: str, study: str = "e2e", space: Path = OOM_SPACE, time_scale: int = 200
+) -> list[str]:
+    """Time scale 200 where memory, outcomes and processes are asserted; 50 for SLOs and
+    for interrupting a given trial."""
     return [
         "run",
         "--workload", str(SAMPLE_WORKLOAD),
@@ -41,6 +45,7 @@ def run_args(db: Path, *extra: str, study: str = "e2e", space: Path = OOM_SPACE)
         "--study", study,
         "--sampler", "grid",
         "--seed", "1",
+        "--time-scale", str(time_scale),
         *FAST,
         *extra,
     ]  # fmt: skip
@@ -179,7 +184,8 @@ def test_ctrl_c_records_the_trial_as_interrupted_and_stops_its_server(
     tmp_path: Path, spawn
 ) -> None:
     db = tmp_path / "autotune.db"
-    args = run_args(db, "--trials", "2", space=FITS_SPACE)
+    # Scale 50: trial 0 serves long enough for the poll below to interrupt it, not trial 1.
+    args = run_args(db, "--trials", "2", space=FITS_SPACE, time_scale=50)
     args[args.index("--sampler") + 1] = "random"
     process = spawn(*args, cwd=tmp_path)
     assert wait_for(
@@ -221,6 +227,7 @@ def test_a_pareto_study_with_slos_stores_two_values_and_slo_margins(tmp_path: Pa
         "--slo",
         "tpot_p50<=1s",
         study="pareto",
+        time_scale=50,
     )
     args[args.index("--sampler") + 1] = "tpe"
     result = subprocess.run(
