@@ -94,7 +94,7 @@ def test_calibrate_from_a_sim_study(tmp_path: Path) -> None:
         "run", "--workload", str(SAMPLE_WORKLOAD), "--engine", "sim",
         "--hardware", HARDWARE, "--model", MODEL, "--space", str(FITS_SPACE),
         "--storage", storage, "--study", "cal", "--sampler", "grid", "--seed", "1",
-        "--warm-start", "0", "--confirm", "0", "--trials", "3", "--time-scale", "50",
+        "--warm-start", "0", "--confirm", "0", "--trials", "3", "--time-scale", "200",
         "--max-requests", "10", "--concurrency", "4",
         cwd=tmp_path,
     )  # fmt: skip
