@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from click.testing import Result
+from typer.testing import CliRunner
 
+from autotune.cli import app
 from tests.workload.conftest import require_data
 
-IMPORT = [sys.executable, "-m", "autotune", "workload", "import"]
 SHAREGPT = [
     {"id": "x", "conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]}
 ]
@@ -22,8 +22,9 @@ ANTHROPIC = {"model": "m", "system": "be brief", "max_tokens": 9,
              "messages": [{"role": "user", "content": "list files"}]}  # fmt: skip
 
 
-def run_import(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*IMPORT, *args], capture_output=True, text=True, timeout=120)
+def run_import(*args: str) -> Result:
+    """The real CLI app in-process: the same command, without an interpreter start each."""
+    return CliRunner().invoke(app, ["workload", "import", *args], env={"COLUMNS": "200"})
 
 
 @pytest.mark.parametrize(
@@ -40,7 +41,7 @@ def test_the_format_is_read_from_the_file(tmp_path: Path, name: str, text: str, 
     source = tmp_path / name
     source.write_text(text)
     result = run_import(str(source), str(tmp_path / "out.jsonl"))
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.exit_code == 0, result.stdout + result.stderr
     assert f"as {kind} (--from to override)" in result.stdout
     assert (tmp_path / "out.jsonl").exists()
 
@@ -48,7 +49,7 @@ def test_the_format_is_read_from_the_file(tmp_path: Path, name: str, text: str, 
 def test_a_weka_trace_is_recognised(tmp_path: Path) -> None:
     source = require_data("claude-code-traces/trace_0247.json")
     result = run_import(str(source), str(tmp_path / "out.jsonl"))
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.exit_code == 0, result.stdout + result.stderr
     assert "as weka" in result.stdout
 
 
@@ -56,12 +57,12 @@ def test_an_unknown_or_ambiguous_file_is_one_line_and_from_still_overrides(tmp_p
     unknown = tmp_path / "notes.txt"
     unknown.write_text("just some text\n")
     result = run_import(str(unknown), str(tmp_path / "out.jsonl"))
-    assert result.returncode == 2
+    assert result.exit_code == 2
     assert result.stderr.strip().count("\n") == 0, result.stderr
     assert "not a trace format autotune knows" in result.stderr and "--from" in result.stderr
     either = tmp_path / "log.jsonl"  # messages alone: OpenAI and Anthropic look the same
     either.write_text(json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}]}))
     result = run_import(str(either), str(tmp_path / "out.jsonl"))
-    assert result.returncode == 2 and "OpenAI or Anthropic" in result.stderr, result.stderr
+    assert result.exit_code == 2 and "OpenAI or Anthropic" in result.stderr, result.stderr
     forced = run_import("--from", "openai-log", str(either), str(tmp_path / "out.jsonl"))
-    assert forced.returncode == 0, forced.stderr
+    assert forced.exit_code == 0, forced.stderr
