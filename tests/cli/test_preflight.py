@@ -3,6 +3,7 @@ compared before the first trial; a run that cannot be meaningful exits 2 with no
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
@@ -10,7 +11,9 @@ from pathlib import Path
 
 import optuna
 import pytest
+from typer.testing import CliRunner
 
+from autotune.cli import app
 from tests.e2e.conftest import autotune_argv
 
 REPO = Path(__file__).resolve().parents[2]
@@ -21,6 +24,14 @@ def autotune(cwd: Path, *args: str, timeout: float = 60) -> subprocess.Completed
     return subprocess.run(
         autotune_argv(*args), cwd=cwd, capture_output=True, text=True, timeout=timeout
     )
+
+
+def in_process(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The real CLI app in-process, in ``cwd`` (where the default studies directory would
+    go), without an interpreter start: for commands that launch no server."""
+    with contextlib.chdir(cwd):
+        result = CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
+    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
 
 
 def sim_run(workload: Path, *extra: str) -> list[str]:
@@ -60,7 +71,7 @@ def test_generated_claude_code_sessions_tune_to_a_feasible_best(
     result = autotune(
         tmp_path,
         # A short warm start: this checks the sizing, not how much of the space is predicted.
-        *sim_run(claude_code, "--trials", "2", "--time-scale", "100", "--warm-start-budget", "2s"),
+        *sim_run(claude_code, "--trials", "2", "--time-scale", "200", "--warm-start-budget", "2s"),
         timeout=280,
     )
     assert result.returncode == 0, result.stdout + result.stderr
@@ -77,7 +88,7 @@ def test_generated_claude_code_sessions_tune_to_a_feasible_best(
 def test_a_fixed_max_model_len_too_short_for_the_workload_exits_2_before_any_study(
     tmp_path: Path, claude_code: Path
 ) -> None:
-    result = autotune(tmp_path, *sim_run(claude_code, "--max-model-len", "65536"))
+    result = in_process(tmp_path, *sim_run(claude_code, "--max-model-len", "65536"))
     assert result.returncode == 2, result.stdout + result.stderr
     out = " ".join(result.stdout.split())
     assert re.search(r"\d+ of 174 requests are longer than max-model-len 65,536 \(fixed\)", out)
@@ -103,9 +114,9 @@ def test_requests_within_the_error_allowance_are_reported_and_the_run_goes_on(
 
 def test_requests_past_the_models_native_context_exit_2(tmp_path: Path) -> None:
     workload = tmp_path / "long.jsonl"
-    autotune(tmp_path, "workload", "gen", "fixed", "--requests", "2",
+    in_process(tmp_path, "workload", "gen", "fixed", "--requests", "2",
              "--prompt-tokens", "300000", str(workload))  # fmt: skip
-    result = autotune(tmp_path, *sim_run(workload))
+    result = in_process(tmp_path, *sim_run(workload))
     assert result.returncode == 2
     assert "2 of 2 requests are longer than the model's native context (262,144)" in " ".join(
         result.stdout.split()
@@ -123,7 +134,7 @@ def test_requests_past_the_largest_kv_pool_on_this_gpu_exit_2(
         .replace("low: 6.0\n    high: 13.0", "low: 1.0\n    high: 2.0")
         .replace("kv_cache_memory_gib: 9.0", "kv_cache_memory_gib: 1.5")
     )
-    result = autotune(tmp_path, *sim_run(claude_code, "--space", str(small)))
+    result = in_process(tmp_path, *sim_run(claude_code, "--space", str(small)))
     assert result.returncode == 2, result.stdout + result.stderr
     out = " ".join(result.stdout.split())
     assert re.search(r"\d+ of 174 requests are longer than the largest KV pool the space "
@@ -138,8 +149,8 @@ def test_an_endpoint_the_engine_does_not_serve_exits_2(tmp_path: Path) -> None:
     (model / "config.json").write_text(json.dumps({"max_position_embeddings": 4096}))
     (model / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 4096}))
     workload = tmp_path / "chat.jsonl"
-    autotune(tmp_path, "workload", "gen", "fixed", "--requests", "4", str(workload))
-    result = autotune(tmp_path, "run", "--workload", str(workload), "--engine", "vllm",
+    in_process(tmp_path, "workload", "gen", "fixed", "--requests", "4", str(workload))
+    result = in_process(tmp_path, "run", "--workload", str(workload), "--engine", "vllm",
                       "--model", str(model), "--vllm-executable", "/nonexistent/vllm")  # fmt: skip
     assert result.returncode == 2, result.stdout + result.stderr
     out = " ".join(result.stdout.split())
@@ -161,7 +172,7 @@ def test_an_unknown_model_or_gpu_on_the_simulator_exits_2_with_the_known_names(
     argv = ["run", "--workload", str(claude_code), "--engine", "sim", "--trials", "1"]
     if "--hardware" not in args:
         argv += ["--hardware", "rtx4080s-32g"]
-    result = autotune(tmp_path, *argv, *args)
+    result = in_process(tmp_path, *argv, *args)
     assert result.returncode == 2, result.stdout + result.stderr
     assert named in result.stderr
     assert "qwen3.6-27b-awq" in result.stderr or "rtx4080s-32g" in result.stderr
@@ -171,7 +182,7 @@ def test_an_unknown_model_or_gpu_on_the_simulator_exits_2_with_the_known_names(
 
 def test_an_unknown_sim_model_for_a_real_engine_exits_2(tmp_path: Path, claude_code: Path) -> None:
     """Before: a typo in --sim-model silently turned the memory pre-screen off."""
-    result = autotune(tmp_path, "run", "--workload", str(claude_code), "--engine", "vllm",
+    result = in_process(tmp_path, "run", "--workload", str(claude_code), "--engine", "vllm",
                       "--model", "Qwen/Qwen3.6-27B", "--sim-model", "qwen3-27b",
                       "--vllm-executable", "/nonexistent/vllm")  # fmt: skip
     assert result.returncode == 2
