@@ -72,7 +72,7 @@ def run_args(tmp_path: Path, *extra: str) -> list[str]:
     return [
         "run", "--workload", str(SAMPLE_WORKLOAD), "--engine", "sim", "--hardware", HARDWARE,
         "--model", SIM_MODEL, "--storage", f"sqlite:///{tmp_path / 'studies' / 'autotune.db'}",
-        "--study", "night", "--seed", "1", "--confirm", "0", "--time-scale", "50",
+        "--study", "night", "--seed", "1", "--confirm", "0", "--time-scale", "200",
         "--max-requests", "8", "--concurrency", "4", *extra,
     ]  # fmt: skip
 

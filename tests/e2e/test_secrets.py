@@ -100,7 +100,7 @@ def test_an_api_key_through_record_and_run_is_stored_nowhere(tmp_path: Path) -> 
         "--hardware", "rtx4080s-32g", "--model", SIM_ARGS[0], "--space", str(FITS_SPACE),
         "--storage", f"sqlite:///{tmp_path / 'autotune.db'}", "--study", "secrets",
         "--sampler", "random", "--warm-start", "0", "--confirm", "0", "--no-dedup",
-        "--time-scale", "50", "--trials", "2",
+        "--time-scale", "200", "--trials", "2",
     ]  # fmt: skip
     run = subprocess.run(
         autotune_argv(*args),
