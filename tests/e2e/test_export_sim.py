@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import REPO, SAMPLE_WORKLOAD, autotune_argv, trial_logs
+from tests.e2e.conftest import (
+    REPO,
+    SAMPLE_WORKLOAD,
+    autotune_argv,
+    autotune_in_process,
+    trial_logs,
+)
 
 QWEN_SPACE = REPO / "search_spaces" / "qwen3.6-27b-awq.yaml"
 USER_MODEL = "/models/Qwen3.6-27B-AWQ"
@@ -45,10 +51,7 @@ def test_export_serves_the_users_model_and_starts_the_lmcache_server(tmp_path: P
     # The trial's line names what it launched with, not the searched value 2N-1 replaced.
     assert f"max_num_batched_tokens={2 * int(block[1]) - 1}* " in run.stdout, run.stdout
 
-    shell = subprocess.run(
-        autotune_argv("export", "--format", "shell", "--storage", db),
-        cwd=tmp_path, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    shell = autotune_in_process("export", "--format", "shell", "--storage", db)
     assert shell.returncode == 0, shell.stderr
     commands = [line for line in shell.stdout.splitlines() if not line.startswith("#")]
     assert commands[0] == (
@@ -59,19 +62,13 @@ def test_export_serves_the_users_model_and_starts_the_lmcache_server(tmp_path: P
     assert '"kv_connector":"LMCacheMPConnector"' in commands[1]
     assert serve[serve.index("--max-num-batched-tokens") + 1] == str(2 * int(block[1]) - 1)
 
-    yaml_out = subprocess.run(
-        autotune_argv("export", "--format", "yaml", "--storage", db),
-        cwd=tmp_path, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    yaml_out = autotune_in_process("export", "--format", "yaml", "--storage", db)
     assert f"model: {USER_MODEL}" in yaml_out.stdout
     assert f"start its server first: lmcache server --port 5555 --chunk-size {block[1]}" in (
         yaml_out.stdout
     )
 
-    show = subprocess.run(
-        autotune_argv("show", "--storage", db),
-        cwd=tmp_path, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    show = autotune_in_process("show", "--storage", db)
     assert show.returncode == 0, show.stderr
     # The searched 2,048 was replaced by 2N-1: show lists what was exported.
     launched = f"{2 * int(block[1]) - 1:,}*"

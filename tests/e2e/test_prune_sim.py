@@ -7,7 +7,6 @@ throughput) and is stopped early; twelve is within noise of sixteen and runs out
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 from pathlib import Path
@@ -21,6 +20,7 @@ from tests.e2e.conftest import (
     REPO,
     SAMPLE_WORKLOAD,
     autotune_argv,
+    autotune_in_process,
     output,
     processes_in,
     sim_server_pids,
@@ -91,10 +91,9 @@ def test_a_hopeless_config_is_pruned_its_replay_stopped_and_its_server_gone(
     # The pruned trial's server was stopped before the next one launched.
     assert len(servers_during_trial_2) == 1, servers_during_trial_2
     assert re.search(r"trial 1 \[2/3\] pruned: pruned at \d+% of the replay: [\d.]+ output", text)
-    shown = subprocess.run(
-        autotune_argv("show", "--storage", f"sqlite:///{db}", "--study", "prune"),
-        capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"},
-    )  # fmt: skip
+    shown = autotune_in_process(
+        "show", "--storage", f"sqlite:///{db}", "--study", "prune", columns=200
+    )
     assert re.search(r"│ 1 │ pruned\s+│\s+\([\d.]+ so far\)", shown.stdout), shown.stdout
 
 

@@ -17,6 +17,7 @@ from tests.e2e.conftest import (
     SAMPLE_WORKLOAD,
     alive,
     autotune_argv,
+    autotune_in_process,
     output,
     processes_in,
     sim_server_pids,
@@ -105,19 +106,12 @@ def test_a_study_launches_replays_scores_and_learns_where_oom_lives(tmp_path: Pa
     artifacts = list((db.parent / "artifacts").rglob("*"))
     assert sum(1 for path in artifacts if path.is_file()) >= 4
 
-    shown = subprocess.run(
-        autotune_argv("show", "--storage", f"sqlite:///{db}", "--study", "e2e"),
-        cwd=tmp_path, capture_output=True, text=True, timeout=60,
-        env={**os.environ, "COLUMNS": "250"},
-    )  # fmt: skip
+    storage = f"sqlite:///{db}"
+    shown = autotune_in_process("show", "--storage", storage, "--study", "e2e", columns=250)
     assert shown.returncode == 0, shown.stderr
     for outcome in ("ok", str(record(by_kv[14.0]).outcome), "baseline"):
         assert outcome in shown.stdout
-    listed = subprocess.run(
-        autotune_argv("studies", "--storage", f"sqlite:///{db}"),
-        cwd=tmp_path, capture_output=True, text=True, timeout=60,
-        env={**os.environ, "COLUMNS": "250"},
-    )  # fmt: skip
+    listed = autotune_in_process("studies", "--storage", storage, columns=250)
     assert "e2e" in listed.stdout and "4" in listed.stdout
     assert processes_in(tmp_path) == []  # no server outlived autotune
 
