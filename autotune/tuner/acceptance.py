@@ -7,7 +7,8 @@ together (docs/benchmarks.md, readme-misled: drafts 2-3 accepted at a tenth of i
 the truth's optimum at #199). ``pooled`` estimates the acceptance from every measured
 trial, position by position, weighted by its drafts; a position deeper than any measured
 keeps the catalog's ratio to the one before it. ``Recalibration.update`` turns an
-estimate that moved the mean accepted length by more than ``THRESHOLD`` into a calibrated
+estimate that moved the mean accepted length by more than ``THRESHOLD`` (or, after a
+first recalibration, one that measures a position the last one extrapolated) into a calibrated
 oracle (``SimOracle.calibration`` with that acceptance), re-predicts the guide's MTP
 configs with it (worker processes, ``predict_all``) and replaces their predicted
 utility: the sampler re-ranks, the learned residual is taken against the new values, and
@@ -138,6 +139,7 @@ class Recalibration:
         self.repredicted = 0  # predictions made by every update
         self.updates = 0
         self.seconds = 0.0  # the last update's
+        self.depth = 0  # the deepest measured position when the guide was last re-predicted
         self.affected = 0  # configs the last update re-ranked
         self._speculative: dict[str, bool] = {}
 
@@ -159,10 +161,12 @@ class Recalibration:
         if estimate is None:
             return False
         moved = mean_length(estimate) / mean_length(self.rates) - 1.0
-        if abs(moved) <= THRESHOLD:
+        depth = max(len(o.rates) for o in self.observations.values())
+        deeper = depth > self.depth and self.updates > 0 and estimate != self.rates
+        if abs(moved) <= THRESHOLD and not deeper:
             return False
         started = time.monotonic()
-        self.rates, self.updates = estimate, self.updates + 1
+        self.rates, self.updates, self.depth = estimate, self.updates + 1, depth
         self.oracle = calibrated(self.base_oracle, estimate)
         self.cache = CalibratedCache(self.base_cache, tag(estimate))
         assert guide.unpredicted is not None

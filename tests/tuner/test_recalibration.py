@@ -164,3 +164,24 @@ def test_acceptance_is_pooled_by_drafts_and_deeper_positions_keep_the_catalogs_d
     assert rates[1] == pytest.approx(0.2)  # measured by the MTP 2 trial alone
     assert rates[2] == pytest.approx(0.2 * 0.3 / 0.6, abs=0.005)  # the catalog's decay
     assert pooled([one], prior)[1:] == pytest.approx((0.8 * 0.6 / 0.9, 0.8 * 0.3 / 0.9), abs=0.005)
+
+
+def test_a_position_measured_for_the_first_time_re_predicts_even_a_small_move(
+    oracle, cache
+) -> None:
+    """The first estimate extrapolated position 2 from position 1 (the catalog's decay);
+    once an MTP 2 trial measures it, the guide is re-predicted though the mean accepted
+    length moved by less than the threshold."""
+    tuner = _tuner(oracle, cache, TunerSettings())
+    found = tuner.recalibration
+    found.observe(
+        1, ServerStats(spec_decode_acceptance_per_position=(0.6,), spec_decode_drafts=9000)
+    )
+    assert tuner.recalibrate()
+    assert found.rates[1] == pytest.approx(0.6 * CATALOG[1] / CATALOG[0], abs=0.005)
+    found.observe(
+        2, ServerStats(spec_decode_acceptance_per_position=(0.6, 0.45), spec_decode_drafts=3000)
+    )
+    assert abs(1 + sum(found.estimate()) - (1 + sum(found.rates))) / (1 + sum(found.rates)) < 0.1
+    assert tuner.recalibrate() and found.rates[1] == pytest.approx(0.45)
+    assert not tuner.recalibrate()
