@@ -4,7 +4,8 @@ The simulator cannot tell some neighbouring configs apart that the truth does (o
 24 GB long-context case it predicts -0.15% from 1,024 to 1,214 batched tokens; the
 truth gains 28%), so neither the lattice nor refinement on the simulator
 (``tuner.refine``) finds them. In the racing tail, once the corrected simulator
-predicts nothing above the leader, ``LocalSearch`` spends at most ``budget``
+predicts nothing above the leader and racing has told the leader from the rest
+(``Tuner._clear_lead``), ``LocalSearch`` spends at most ``budget``
 launches on a compass search judged by measurements: around each of the
 ``CENTRES`` best measured configs, one numeric knob at a time, a step of half the
 lattice's spacing up and down (on the knob's grid, within its bounds, the space's
