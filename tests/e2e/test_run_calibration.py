@@ -16,7 +16,7 @@ from autotune.sim.speed_constants import SpeedConstants
 from autotune.study_reader import load_study
 from autotune.trial_config import TrialConfig
 from autotune.trial_record import TrialRecord
-from tests.e2e.conftest import SAMPLE_WORKLOAD, autotune_argv
+from tests.e2e.conftest import SAMPLE_WORKLOAD, autotune_argv, autotune_in_process
 
 FITS_SPACE = Path(__file__).with_name("data") / "fits.yaml"
 HARDWARE, MODEL = "rtx4080s-32g", "qwen3.6-27b-awq"
@@ -29,14 +29,18 @@ def _profile(path: Path, constants: SpeedConstants = SLOW, **fields: object) -> 
     return path
 
 
-def _run(cwd: Path, study: str, *extra: str) -> subprocess.CompletedProcess[str]:
-    argv = autotune_argv(
+def _args(cwd: Path, study: str, *extra: str) -> list[str]:
+    return [
         "run", "--workload", str(SAMPLE_WORKLOAD), "--engine", "sim",
         "--hardware", HARDWARE, "--model", MODEL, "--space", str(FITS_SPACE),
         "--storage", f"sqlite:///{cwd / 'a.db'}", "--study", study, "--sampler", "grid",
         "--seed", "1", "--warm-start", "0", "--confirm", "0", "--trials", "1",
         "--time-scale", "50", "--max-requests", "12", "--concurrency", "4", *extra,
-    )  # fmt: skip
+    ]  # fmt: skip
+
+
+def _run(cwd: Path, study: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    argv = autotune_argv(*_args(cwd, study, *extra))
     return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
@@ -98,7 +102,8 @@ def test_run_with_a_profile_measures_its_speed_stores_it_and_refuses_another(
 
     other = _profile(tmp_path / "other.yaml", SpeedConstants(bandwidth_efficiency=0.5))
     for extra in (("--calibration", str(other)), ()):
-        refused = _run(tmp_path, "cal", "--trials", "2", *extra)
+        # Refused before anything starts: the CLI app in-process, no interpreter start.
+        refused = autotune_in_process(*_args(tmp_path, "cal", "--trials", "2", *extra))
         assert refused.returncode == 2, refused.stdout[-2000:]
         lines = refused.stderr.strip().splitlines()
         assert len(lines) == 1, lines
