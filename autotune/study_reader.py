@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import shutil
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -310,7 +311,9 @@ def dashboard_argv(
 ) -> list[str]:
     """The optuna-dashboard command for this storage. Raises ``InputError`` if not installed."""
     _check_sqlite_exists(storage_url)
-    executable = shutil.which("optuna-dashboard")
+    # autotune's own environment first: a venv run by path is not on PATH.
+    executable = shutil.which("optuna-dashboard", path=str(Path(sys.executable).parent))
+    executable = executable or shutil.which("optuna-dashboard")
     if executable is None:
         raise InputError("optuna-dashboard is not installed: pip install optuna-dashboard")
     artifacts = artifact_dir or default_artifact_dir(storage_url)
