@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import SAMPLE_WORKLOAD, autotune_argv, processes_in
+from tests.e2e.conftest import SAMPLE_WORKLOAD, autotune_argv, autotune_in_process, processes_in
 
 BASE = ("try", "--workload", str(SAMPLE_WORKLOAD), "--model", "qwen3.6-27b-awq",
         "--hardware", "rtx4080s-32g", "--time-scale", "50", "--max-requests", "4")  # fmt: skip
@@ -49,10 +49,7 @@ def test_try_runs_the_baseline_with_changes_and_reports_like_a_trial(tmp_path: P
     ],
 )
 def test_try_rejects_bad_assignments(tmp_path: Path, assignment: str, message: str) -> None:
-    result = subprocess.run(
-        autotune_argv(*BASE, "--set", assignment), cwd=tmp_path, capture_output=True, text=True,
-        timeout=60,
-    )  # fmt: skip
+    result = autotune_in_process(*BASE, "--set", assignment)  # refused before any launch
     assert result.returncode == 2
     assert message in result.stderr
 
