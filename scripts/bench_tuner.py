@@ -419,6 +419,7 @@ STRATEGIES: dict[str, tuple[str, TunerSettings]] = {
     ),
     "default, no recalibration": ("guided", replace(DEFAULT, recalibrate=False)),
     "default, no local search": ("guided", replace(DEFAULT, local_search=0)),
+    "default, no overtaking": ("guided", replace(DEFAULT, overtake=False)),
     "default, re-seed after recalibration": ("guided", replace(DEFAULT, reseed=True)),
     "default, no simulator (tpe)": ("tpe", DEFAULT),
 }

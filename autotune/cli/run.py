@@ -174,6 +174,14 @@ def run(
             "near the best estimates (guided, with --learn).",
         ),
     ] = TunerSettings.refine,
+    overtake: Annotated[
+        bool,
+        typer.Option(
+            "--overtake/--no-overtake",
+            help="Once a warm-start seed is measured, a config the corrected simulator ranks "
+            "above every seed not launched yet goes before them (guided).",
+        ),
+    ] = TunerSettings.overtake,
     recalibrate: Annotated[
         bool,
         typer.Option(
@@ -317,6 +325,7 @@ def run(
             crown_prior=crown_prior,
             explore_tail=explore_tail,
             refine=refine,
+            overtake=overtake,
             recalibrate=recalibrate,
             local_search=local_search,
             reseed=reseed,

@@ -58,7 +58,10 @@ def launch_key(trial: optuna.trial.FrozenTrial) -> str:
 
 @pytest.mark.timeout(420)
 def test_guided_run_seeds_from_predictions_never_relaunches_and_confirms(tmp_path: Path) -> None:
-    result, study = run(tmp_path, SMALL, "--trials", "6", "--warm-start", "3", "--confirm", "2")
+    # Seeds in their order (overtaking reorders them once one is measured: tests/tuner).
+    result, study = run(
+        tmp_path, SMALL, "--trials", "6", "--warm-start", "3", "--confirm", "2", "--no-overtake"
+    )
     trials = study.get_trials(states=(TrialState.COMPLETE,))
     assert record(trials[0]).is_baseline
     seeds = [t for t in trials if record(t).warm_start]
@@ -111,12 +114,12 @@ def no_waiting(study: optuna.Study) -> None:
 @pytest.mark.timeout(420)
 def test_trials_is_the_whole_budget_with_seeds_and_confirmations_inside(tmp_path: Path) -> None:
     # Defaults (warm start 4, confirm 3): --trials 1 runs the baseline alone.
-    result, study = run(tmp_path, SMALL, "--trials", "1")
+    result, study = run(tmp_path, SMALL, "--trials", "1", "--no-overtake")
     assert len(study.trials) == 1 and record(study.trials[0]).is_baseline
     assert "[1/1]" in result.stdout and "[2/1]" not in result.stdout
     no_waiting(study)
     # Resumed to 7: baseline, 3 seeds, 3 re-measurements; nothing left enqueued.
-    result, study = run(tmp_path, SMALL, "--trials", "7")
+    result, study = run(tmp_path, SMALL, "--trials", "7", "--no-overtake")
     assert len(study.trials) == 7
     assert all(t.state == TrialState.COMPLETE for t in study.trials)
     assert "[8/7]" not in result.stdout

@@ -185,3 +185,34 @@ def test_a_position_measured_for_the_first_time_re_predicts_even_a_small_move(
     assert abs(1 + sum(found.estimate()) - (1 + sum(found.rates))) / (1 + sum(found.rates)) < 0.1
     assert tuner.recalibrate() and found.rates[1] == pytest.approx(0.45)
     assert not tuner.recalibrate()
+
+
+def _next_launch(tuner: Tuner) -> dict:
+    """What the tuner launches next (an empty study: no tail, no racing yet)."""
+    study = optuna.create_study(direction="maximize")
+    trial = optuna.trial.create_trial(state=optuna.trial.TrialState.RUNNING)
+    role = tuner.next_role(study, trial)
+    assert role is not None
+    return role.params
+
+
+@pytest.mark.parametrize("overtake", [True, False])
+def test_once_a_seed_is_measured_a_config_ranked_above_the_seeds_left_goes_first(
+    oracle, cache, overtake: bool
+) -> None:
+    """The first seed (MTP 2) measures the low acceptance; recalibration ranks MTP 1
+    first. With overtaking the best estimate, an MTP 1 config that is not a seed, launches
+    next; without, the second seed does (MTP 2)."""
+    tuner = _tuner(oracle, cache, TunerSettings(warm_start=2, overtake=overtake))
+    seeds = [seed.params for seed in tuner._seeds]
+    assert [params["mtp_k"] for params in seeds] == [2, 2]
+    _measure_top(tuner, oracle)
+    assert tuner.recalibrate()
+    launched = _next_launch(tuner)
+    if overtake:
+        assert launched["mtp_k"] == 1
+        mean, _ = tuner.sampler.estimates()
+        chosen = next(i for i, c in enumerate(tuner.guide.candidates) if c.params == launched)
+        assert mean[chosen] == pytest.approx(np.nanmax(mean))
+    else:
+        assert launched == seeds[1]
