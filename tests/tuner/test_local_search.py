@@ -6,41 +6,17 @@ tuner's own sampler and told a measured value, as the study loop does."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import optuna
-import pytest
 
-from autotune.run_setup import RunOptions, prepare_study
 from autotune.study import StudySpec
 from autotune.trial import derive_config
 from autotune.tuner.lattice import config_key, ladder
 from autotune.tuner.schedule import Role
 from autotune.tuner.session import Tuner, TunerSettings
-from autotune.workload.gen import ClaudeCodeParams, claudecode
-from autotune.workload.io import write_workload
 
-DATA = Path(__file__).resolve().parents[1] / "e2e" / "data"
 NUMERIC = ("max_num_seqs", "max_num_batched_tokens", "kv_cache_memory_gib")
-
-
-@pytest.fixture(scope="module")
-def case(tmp_path_factory: pytest.TempPathFactory) -> tuple[StudySpec, dict]:
-    workload = tmp_path_factory.mktemp("local") / "cc-long.jsonl"
-    params = ClaudeCodeParams(sessions=4, seed=1, max_context=60_000)
-    write_workload(workload, claudecode(params).records())
-    spec = prepare_study(
-        RunOptions(
-            workload=workload,
-            engine="sim",
-            model="qwen3.6-27b-awq",
-            hardware="rtx4090-24g",
-            space=DATA / "refine-longctx.yaml",
-            storage="sqlite:///:memory:",
-        )
-    )
-    return spec, {}
 
 
 class Study:
