@@ -72,8 +72,16 @@ def _acceptance(
     """Draft acceptance: the config's, the calibration's, else the catalog's for the plan's kind."""
     if config.mtp_acceptance is not None or constants.mtp_acceptance is not None:
         return None  # the scheduler's own precedence applies
+    return list(catalog_acceptance(config.model, plan))
+
+
+def catalog_acceptance(model: str, plan: WorkloadPlan) -> tuple[float, ...]:
+    """The catalog's per-position draft acceptance of ``model`` for the plan's kind of
+    traffic (agent or chat), else its default."""
+    entry = get_model(model)
     kind = workload_kind(plan)
-    return get_model(config.model).mtp_acceptance_by_kind.get(kind) if kind else None
+    found = entry.mtp_acceptance_by_kind.get(kind) if kind else None
+    return tuple(found if found is not None else entry.default_mtp_acceptance)
 
 
 @functools.lru_cache(maxsize=PLAN_RENDERERS)

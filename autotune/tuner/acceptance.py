@@ -25,8 +25,7 @@ from dataclasses import dataclass, replace
 
 from autotune.objective import Score
 from autotune.sim.calibration import CalibrationProfile
-from autotune.sim.models import get_model
-from autotune.sim.predict import workload_kind
+from autotune.sim.predict import catalog_acceptance
 from autotune.tuner.guide import Guide, PredictionCache
 from autotune.tuner.lattice import Candidate
 from autotune.tuner.predictor import SimOracle, predict_all
@@ -61,9 +60,7 @@ def prior_acceptance(oracle: SimOracle) -> tuple[float, ...]:
     """The per-position acceptance ``oracle`` predicts with (as ``predict`` chooses it)."""
     if oracle.calibration is not None and oracle.calibration.constants.mtp_acceptance:
         return tuple(oracle.calibration.constants.mtp_acceptance)
-    model = get_model(oracle.sim_model)
-    kind = workload_kind(oracle.plan)
-    return tuple(model.mtp_acceptance_by_kind.get(kind or "", model.default_mtp_acceptance))
+    return catalog_acceptance(oracle.sim_model, oracle.plan)
 
 
 def pooled(observations: Sequence[Observation], prior: Sequence[float]) -> tuple[float, ...]:
