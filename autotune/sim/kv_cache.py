@@ -11,7 +11,7 @@ only keeps the books.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -54,6 +54,8 @@ class RequestState:
     pinned: list[int] = field(default_factory=list)  # prefix-cache entries held
     num_positions: int = 0  # attention block positions held (pinned ones included)
     holds_state: bool = False  # linear-attention state blocks allocated
+    draw: Callable[[], float] | None = None  # this request's own MTP acceptance stream
+    uniforms: list[float] = field(default_factory=list)  # its draws, one per output position
 
     @property
     def num_known(self) -> int:
