@@ -6,7 +6,8 @@ memory pre-screen, objective, constraints, dedup and confirmation of
 by the simulator's predictor under the landscape's *truth*, the simulator with
 perturbed speed constants (efficiencies, overheads, MTP acceptance; seeded per
 landscape), with 3% noise on every measurement. The tuner's own simulator is
-the unperturbed one, so it never sees the truth. ``adverse`` truths also make
+the unperturbed one with other random draws (``TRUTH_SEED``), so it never sees
+the truth. ``adverse`` truths also make
 MTP, large batches and mixed prefill steps worse than the simulator believes.
 ``readme-misled`` is the README's truth with MTP's later drafts rarely accepted: its
 optimum is far down the simulator's ranking. Each truth's header says how wrong the
@@ -75,6 +76,7 @@ from autotune.workload.io import Workload, write_workload
 
 REPO = Path(__file__).resolve().parents[1]
 NOISE = 0.03  # run-to-run spread of every measured throughput
+TRUTH_SEED = 1  # the truth's simulator draws MTP acceptance from other streams than the tuner's
 MAX_TRIALS = 90  # trials per study, launched or not (pre-screened, duplicates)
 
 
@@ -189,10 +191,17 @@ def truth_constants(landscape: str, adverse: bool) -> SpeedConstants:
 
 
 def truth_of(landscape: Landscape, spec: StudySpec, constants: SpeedConstants) -> SimOracle:
-    """The simulator under the truth's constants, for the study ``prepare`` set up."""
+    """The simulator under the truth's constants, for the study ``prepare`` set up, with
+    its own random draws: the tuner's simulator never meets the truth's acceptance draws."""
     calibration = CalibrationProfile(constants=constants, source="bench truth")
     return SimOracle(
-        landscape.hardware, landscape.model, spec.plan, spec.load, spec.goal, calibration
+        landscape.hardware,
+        landscape.model,
+        spec.plan,
+        spec.load,
+        spec.goal,
+        calibration,
+        seed=TRUTH_SEED,
     )
 
 

@@ -43,6 +43,7 @@ class SimOracle:
     load: LoadSpec
     goal: Goal
     calibration: CalibrationProfile | None = None  # speed constants; None: the defaults
+    seed: int = 0  # the simulator's random draws (MTP acceptance)
 
     def sim_config(self, config: TrialConfig) -> SimConfig | None:
         """The simulator's view of ``config``; None when the simulator rejects its flags."""
@@ -65,6 +66,7 @@ class SimOracle:
                 self.plan,
                 self.load,
                 slo=request_slo(self.goal.slos),
+                seed=self.seed,
                 calibration=self.calibration,
             )
         except InputError:
