@@ -21,7 +21,7 @@ from autotune.sim.models import get_model
 from autotune.sim.speed_constants import DEFAULT_CONSTANTS
 from autotune.space import load_space
 from autotune.trial_record import TrialRecord
-from autotune.tuner.acceptance import Observation, pooled
+from autotune.tuner.acceptance import THRESHOLD, Observation, pooled
 from autotune.tuner.lattice import Candidate
 from autotune.tuner.predictor import SimOracle
 from autotune.tuner.session import Tuner, TunerSettings
@@ -180,11 +180,26 @@ def test_a_position_measured_for_the_first_time_re_predicts_even_a_small_move(
     assert tuner.recalibrate()
     assert found.rates[1] == pytest.approx(0.6 * CATALOG[1] / CATALOG[0], abs=0.005)
     found.observe(
-        2, ServerStats(spec_decode_acceptance_per_position=(0.6, 0.45), spec_decode_drafts=3000)
+        2, ServerStats(spec_decode_acceptance_per_position=(0.6, 0.48), spec_decode_drafts=3000)
     )
-    assert abs(1 + sum(found.estimate()) - (1 + sum(found.rates))) / (1 + sum(found.rates)) < 0.1
-    assert tuner.recalibrate() and found.rates[1] == pytest.approx(0.45)
+    before, after = 1 + sum(found.rates), 1 + sum(found.estimate())
+    assert abs(after - before) / before < THRESHOLD
+    assert tuner.recalibrate() and found.rates[1] == pytest.approx(0.48)
     assert not tuner.recalibrate()
+
+
+def test_acceptance_a_few_percent_off_the_catalog_re_predicts(oracle, cache) -> None:
+    """A measured mean accepted length 5% under the catalog's is worth re-ranking for:
+    the simulator's predictions move with the acceptance, not with a reshuffle of draws."""
+    tuner = _tuner(oracle, cache, TunerSettings())
+    rates = tuple(rate * 0.93 for rate in CATALOG[:2])
+    moved = (sum(CATALOG[:2]) - sum(rates)) / (1 + sum(CATALOG[:2]))
+    assert 0.04 < moved < 0.06
+    tuner.recalibration.observe(
+        1, ServerStats(spec_decode_acceptance_per_position=rates, spec_decode_drafts=9000)
+    )
+    assert tuner.recalibrate()
+    assert tuner.recalibration.rates[:2] == pytest.approx(rates, abs=0.005)
 
 
 def _next_launch(tuner: Tuner) -> dict:
