@@ -147,6 +147,22 @@ LANDSCAPES = {
         LoadSpec(),
         shape_kv=True,
     ),
+    # Held out: added after the tuner's constants were last chosen (docs/benchmarks.md,
+    # "Common random numbers"), to check them on a GPU, traffic and truth they never saw.
+    "l40s-cc": Landscape(
+        "l40s-cc",
+        "l40s-48g",
+        "qwen3.6-27b-awq",
+        SEARCH_SPACES_DIR / "qwen3.6-27b-awq.yaml",
+        generated(
+            "cc-l40s",
+            lambda: claudecode(
+                ClaudeCodeParams(sessions=6, seed=7, max_context=80_000, requests_per_session=10)
+            ),
+        ),
+        LoadSpec(),
+        shape_kv=True,
+    ),
     # The README's case where the simulator is wrong about the optimum: MTP's first draft
     # is accepted at the catalog's rate, its second and third at a tenth of it (Qwen3.6's
     # MTP head is one layer, chained on its own output for k > 1; on a 4-bit checkpoint the
