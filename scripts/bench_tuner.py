@@ -30,6 +30,8 @@ its modelled GPU time is then startup plus the replay up to that point.
 
     python scripts/bench_tuner.py [--quick] [--seeds 10] [--launches 30] [--json]
         [--cache FILE] [--raw FILE]     # then: --table FILE... (runs merged, one optimum)
+    # a changed copy of the code, set beside the default by --table:
+    python scripts/bench_tuner.py --strategy default --raw FILE --variant "threshold 3%"
 """
 
 from __future__ import annotations
@@ -650,11 +652,20 @@ def load_cache(path: Path | None) -> dict:
     return cache if cache.get("code") == code_digest() else {}
 
 
-def study_record(label: str, strategy: str, seed: int, lattice_optimum: float, log: StudyLog):
-    """One study as ``--raw`` stores it (``--table`` re-reads it)."""
+def study_record(
+    label: str,
+    strategy: str,
+    seed: int,
+    lattice_optimum: float,
+    log: StudyLog,
+    *,
+    variant: str | None = None,
+):
+    """One study as ``--raw`` stores it (``--table`` re-reads it). A ``variant`` (a
+    changed copy of the code) is named in its strategy, so ``--table`` sets the two apart."""
     return {
         "landscape": label,
-        "strategy": strategy,
+        "strategy": f"{strategy} [{variant}]" if variant else strategy,
         "seed": seed,
         "lattice_optimum": lattice_optimum,
         **asdict(log),
@@ -700,6 +711,11 @@ def main() -> None:
         "--cache", type=Path, help="keep every prediction in this file between runs (pickle)"
     )
     parser.add_argument("--raw", type=Path, help="append every study's log to this file")
+    parser.add_argument(
+        "--variant",
+        help="name the code this run measures (a changed constant, say) in --raw, so that "
+        "--table sets its studies beside the default's instead of merging them",
+    )
     parser.add_argument(
         "--table",
         type=Path,
@@ -768,7 +784,13 @@ def main() -> None:
                     logs.append(log)
                     if args.raw:
                         with args.raw.open("a") as out:
-                            out.write(json.dumps(study_record(label, strategy, seed, optimum, log)))
+                            out.write(
+                                json.dumps(
+                                    study_record(
+                                        label, strategy, seed, optimum, log, variant=args.variant
+                                    )
+                                )
+                            )
                             out.write("\n")
                 row = {
                     "landscape": label,

@@ -61,6 +61,20 @@ def test_table_reads_against_the_best_launched_config_when_it_beats_the_lattice(
     assert rows["guided"]["winner_within_1pct_rate"] == 1.0
 
 
+def test_a_variant_s_studies_stand_beside_the_default_s_against_one_optimum(tmp_path):
+    default, variant = tmp_path / "default.jsonl", tmp_path / "variant.jsonl"
+    log = bench.StudyLog(launches=2, handed_over=[95.0, 99.5], launched_best=99.5)
+    better = bench.StudyLog(launches=2, handed_over=[101.0, 101.0], launched_best=101.0)
+    default.write_text(json.dumps(bench.study_record("readme", "default", 0, 100.0, log)) + "\n")
+    record = bench.study_record("readme", "default", 0, 100.0, better, variant="threshold 3%")
+    variant.write_text(json.dumps(record) + "\n")
+    rows = {row["strategy"]: row for row in bench.table([default, variant], budget=2)}
+    assert set(rows) == {"default", "default [threshold 3%]"}
+    assert rows["default"]["optimum_tok_s"] == 101.0  # the variant's launch sets the optimum
+    assert rows["default"]["winner_within_1pct_rate"] == 0.0  # 99.5 / 101 < 0.99
+    assert rows["default [threshold 3%]"]["winner_within_1pct_rate"] == 1.0
+
+
 def test_the_misled_landscape_s_optimum_is_not_where_the_tuner_s_simulator_puts_it(tmp_path):
     """readme-misled: on a slice of its lattice (every MTP depth, LMCache on and off, four KV
     sizes, fp16 KV, one batch limit), the truth's best is not in the simulator's top 5 and
