@@ -165,6 +165,22 @@ LANDSCAPES = {
         LoadSpec(),
         shape_kv=True,
     ),
+    # Held out too: added with the tuner's constants frozen at 141d5b5, and run only
+    # to check a change once it was chosen (docs/benchmarks.md, "A second held-out").
+    "a100-agent": Landscape(
+        "a100-agent",
+        "a100-80g",
+        "qwen3.6-27b-awq",
+        SEARCH_SPACES_DIR / "qwen3.6-27b-awq.yaml",
+        generated(
+            "agent-a100",
+            lambda: chat(
+                ChatParams(requests=200, seed=5, rate_rps=4.0, system_tokens=3000)
+            ),
+        ),
+        LoadSpec(mode="concurrency", concurrency=24),
+        shape_kv=True,
+    ),
     # The README's case where the simulator is wrong about the optimum: MTP's first draft
     # is accepted at the catalog's rate, its second and third at a tenth of it (Qwen3.6's
     # MTP head is one layer, chained on its own output for k > 1; on a 4-bit checkpoint the
