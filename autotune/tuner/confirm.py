@@ -3,7 +3,10 @@
 A config's belief is a normal posterior over its utility: its measurements (mean
 utility, run-to-run noise ``MEASUREMENT_SD`` each) combined, by precision, with
 what the simulator plus the learned residual says about it (the prior; without a
-guide, or with ``prior`` off, the measurements alone). The crowned config is the
+guide, or with ``prior`` off, the measurements alone). A neighbour the local search
+launched has its centre's measurements as its prior instead, whatever ``prior`` says:
+it was launched as "like its centre, give or take ``NEIGHBOUR_SD``", and one lucky
+run of one of many neighbours must not take the crown. The crowned config is the
 best posterior mean among configs that never failed. Re-measurements go where
 they are worth most: ``race`` picks the config whose next measurement most raises
 the expected true value of the crown (the knowledge gradient of ranking and
@@ -24,6 +27,10 @@ from autotune.tuner.residual import NOISE_SD
 from autotune.tuner.sampler import GuidedSampler
 
 MEASUREMENT_SD = 0.03  # run-to-run spread of one measurement (log scale)
+# How far a neighbour off the lattice may differ from its measured centre in ways the
+# simulator cannot tell (log scale): the prior of a neighbour's belief, centred on its
+# centre's measurements (``tuner.local``).
+NEIGHBOUR_SD = 0.03
 DUEL_Z = 2.0  # a challenger further behind than this many noise units is not worth a launch
 
 
@@ -34,10 +41,12 @@ class Belief:
     mean: float
     var: float
 
-    def gain(self, best_other: float) -> float:
+    def gain(self, best_other: float, *, crownable: bool = True) -> float:
         """Expected rise of the best posterior mean if this config is measured once more
-        (``best_other``: the best posterior mean among the other configs)."""
-        return float(knowledge_gradient(np.array([self.mean]), np.array([self.var]), best_other)[0])
+        (``best_other``: the best posterior mean among the other configs; see
+        ``knowledge_gradient`` for ``crownable``)."""
+        mean, var = np.array([self.mean]), np.array([self.var])
+        return float(knowledge_gradient(mean, var, best_other, crownable=crownable)[0])
 
 
 def knowledge_gradient(
@@ -72,7 +81,12 @@ def beliefs(
             continue
         precision = len(entry.samples) / MEASUREMENT_SD**2
         weighted = precision * utility_of(entry.mean, maximize)
-        if known is not None and entry.key in known[0]:
+        centre = index.by_trial.get(entry.centre) if entry.centre is not None else None
+        if centre is not None and centre.samples:
+            prior_var = MEASUREMENT_SD**2 / len(centre.samples) + NEIGHBOUR_SD**2
+            precision += 1 / prior_var
+            weighted += utility_of(centre.mean, maximize) / prior_var
+        elif known is not None and entry.key in known[0]:
             at = known[0][entry.key]
             if math.isfinite(known[1][at]):
                 prior_var = known[2][at] ** 2 + NOISE_SD**2

@@ -4,9 +4,9 @@ The simulator cannot tell some neighbouring configs apart that the truth does (o
 24 GB long-context case it predicts -0.15% from 1,024 to 1,214 batched tokens; the
 truth gains 28%), so neither the lattice nor refinement on the simulator
 (``tuner.refine``) finds them. In the racing tail, once the corrected simulator
-predicts nothing above the leader and racing has told the leader from the rest
-(``Tuner._clear_lead``), ``LocalSearch`` spends at most ``budget``
-launches on a compass search judged by measurements: around each of the
+predicts nothing above the leader, ``LocalSearch`` spends at most ``budget``
+launches on a compass search judged by measurements (each launch only when it is
+worth more to the crown than a re-measurement: ``Tuner._neighbour``): around each of the
 ``CENTRES`` best measured configs, one numeric knob at a time, a step of half the
 lattice's spacing up and down (on the knob's grid, within its bounds, the space's
 rules, the derived flags and the memory pre-screen). A step up past what fits, or
@@ -14,11 +14,12 @@ past what the simulator predicts to run, stops at the last value that does: the
 pre-screen's edge, where larger batches gain on long prompts. The next launch is
 the untried neighbour the simulator rates best. Around the leader, once every
 neighbour at the current step is measured and none took the lead, the steps halve,
-down to the knob's resolution. A neighbour leads only by the crown's evidence
-(measurements alone): the search waits while the leader has a single run, so
-racing re-measures a neighbour that leads by one lucky run before the search moves
-on from it. A measured effective config, a pending one and a config alike a
-measured one (``_answered``) are never proposed.
+down to the knob's resolution. A neighbour leads only by the crown's evidence: its
+measurements, with its centre's as a prior (``confirm.NEIGHBOUR_SD``), so one lucky
+run counts half; the search waits while the leader has a single run, so racing
+re-measures a neighbour that leads before the search moves on from it. A measured
+effective config, a pending one and a config alike a measured one (``_answered``) are
+never proposed.
 """
 
 from __future__ import annotations
@@ -47,9 +48,9 @@ class LocalSearch:
 
     def propose(
         self, index: MeasuredIndex, leader: Measured | None, ranked: list[Measured]
-    ) -> tuple[dict[str, Any], int] | None:
-        """The params of the next neighbour to launch and the trial of its centre, or None
-        (budget spent, the leader measured once, or no untried neighbour left)."""
+    ) -> tuple[Candidate, Measured] | None:
+        """The next neighbour to launch and its centre, or None (budget spent, the leader
+        measured once, or no untried neighbour left); ``take`` it to launch it."""
         if self.spent >= self.budget or leader is None or len(leader.samples) < 2:
             return None
         best: tuple[float, Candidate, Measured] | None = None
@@ -58,12 +59,22 @@ class LocalSearch:
                 rating = self.points.predicted(point)
                 if best is None or rating > best[0]:
                     best = (rating, point, centre)
-        if best is None:
-            return None
-        _, point, centre = best
+        return None if best is None else (best[1], best[2])
+
+    def take(self, point: Candidate, centre: Measured) -> dict[str, Any]:
+        """Spend one launch of the budget on ``point`` (a proposal around ``centre``)."""
         self._steps.setdefault(point.key, dict(self._steps[centre.key]))
         self.spent += 1
-        return dict(point.params), centre.first_trial
+        return dict(point.params)
+
+    def shift(self, point: Candidate, centre: Measured) -> float:
+        """What the simulator predicts ``point`` gains over ``centre`` (log scale; 0 when
+        it cannot predict one of them)."""
+        home = self.points.candidate(centre.params)
+        if home is None:
+            return 0.0
+        gain = self.points.predicted(point) - self.points.predicted(home)
+        return gain if math.isfinite(gain) else 0.0
 
     def _untried(self, centre: Measured, index: MeasuredIndex, *, halve: bool) -> list[Candidate]:
         """``centre``'s neighbours at its steps that nothing measured answers; around the

@@ -24,6 +24,7 @@ class Measured:
     feasible: bool
     samples: list[float] = field(default_factory=list)  # first objective, every measurement
     trials: list[int] = field(default_factory=list)
+    centre: int | None = None  # launched by the local search: its centre's first trial
 
     @property
     def mean(self) -> float:
@@ -43,6 +44,7 @@ class MeasuredIndex:
         self.seen: set[int] = set()  # trial numbers already added
         self.pending: set[str] = set()  # keys other workers are measuring now
         self.confirming: Counter[int] = Counter()  # first trial -> re-measurements running
+        self.by_trial: dict[int, Measured] = {}  # every trial added -> its config's entry
 
     def get(self, key: str) -> Measured | None:
         return self.by_key.get(key)
@@ -56,12 +58,13 @@ class MeasuredIndex:
         values: list[float] | None,
         constraints: dict[str, float],
         measured: bool,
+        centre: int | None = None,
     ) -> Measured:
         """Record one trial; a later trial of a known key adds a sample to it."""
         feasible = measured and all(v <= 0 for v in constraints.values())
         entry = self.by_key.get(key)
         if entry is None:
-            entry = Measured(key, params, trial, values, constraints, feasible)
+            entry = Measured(key, params, trial, values, constraints, feasible, centre=centre)
             self.by_key[key] = entry
         elif not feasible:
             entry.feasible = False  # a config that failed once is not crowned
@@ -69,4 +72,5 @@ class MeasuredIndex:
             entry.samples.append(values[0])
         entry.trials.append(trial)
         self.seen.add(trial)
+        self.by_trial[trial] = entry
         return entry

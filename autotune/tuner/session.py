@@ -31,6 +31,8 @@ from autotune.trial import Prescreen
 from autotune.trial_record import TrialRecord
 from autotune.tuner.acceptance import Recalibration
 from autotune.tuner.confirm import (
+    NEIGHBOUR_SD,
+    Belief,
     beliefs,
     confirmation_targets,
     crown,
@@ -51,9 +53,6 @@ from autotune.tuner.schedule import Role, ScheduledSampler
 
 PENDING_POLL_S = 1.0  # how often a worker looks whether another's measurement has landed
 TIMED_CONFIRM = 3  # re-measurements after a timed run's time is up (it raced before)
-# The local search launches only when the leader is ahead of every other measured config
-# by this many noise units (about 90% sure): README adverse's 1.7%-apart top needs racing.
-CLEAR_Z = 1.28
 SEARCHED = 2  # guided configs launched after the seeds before the racing tail may begin
 PARALLEL_TARGETS = 3  # workers in the tail together re-measure among this many top configs
 # After a recalibration, a seed not launched yet predicted this far below the best is
@@ -277,27 +276,25 @@ class Tuner:
         return bool(best > utility_of(leader.mean, self.maximize))
 
     def _neighbour(self) -> Role | None:
-        """An untried neighbour of the measured leaders off the lattice (``tuner.local``)."""
+        """An untried neighbour of the measured leaders off the lattice (``tuner.local``),
+        when its launch is worth more to the crown than the best re-measurement."""
         if self.local is None:
             return None
-        if not self._clear_lead():
-            return None
+        found = beliefs(self.index, maximize=self.maximize, prior=False)
         leaders = ranked(self.index, maximize=self.maximize, prior=False)
         proposal = self.local.propose(self.index, self.crowned(), leaders)
         if proposal is None:
             return None
-        params, centre = proposal
-        return Role(params, neighbour_of=centre)
-
-    def _clear_lead(self) -> bool:
-        """Whether racing has told the leader from every other measured config by at least
-        ``CLEAR_Z`` noise units (a launch off the lattice then costs the crown nothing)."""
-        found = beliefs(self.index, maximize=self.maximize, prior=False)
+        point, centre = proposal
+        home = found[centre.key]
+        guess = Belief(home.mean + self.local.shift(point, centre), home.var + NEIGHBOUR_SD**2)
         order = sorted(found.values(), key=lambda b: -b.mean)
-        if len(order) < 2:
-            return True
-        lead = order[0]
-        return all((lead.mean - b.mean) / np.sqrt(lead.var + b.var) >= CLEAR_Z for b in order[1:])
+        launch = guess.gain(order[0].mean, crownable=False)
+        if len(order) > 1 and launch <= max(
+            b.gain(order[1].mean if b is order[0] else order[0].mean) for b in order
+        ):
+            return None  # re-measuring is worth more
+        return Role(self.local.take(point, centre), neighbour_of=centre.first_trial)
 
     def _race_early(self, study: optuna.Study, trial: FrozenTrial) -> Role | None:
         """A re-measurement before the tail, when the crown's expected gain from it beats
@@ -477,6 +474,7 @@ class Tuner:
             values=values,
             constraints=constraints,
             measured=measured,
+            centre=TrialRecord.read(trial.user_attrs).neighbour_of,
         )
 
     def crowned(self) -> Measured | None:

@@ -162,17 +162,15 @@ def test_the_search_stops_when_no_neighbour_improves_and_racing_takes_the_tail(c
     assert driven.tuner.crowned().key == driven.key_of(leader)
 
 
-def test_no_neighbour_while_racing_has_not_told_the_leader_from_a_close_contender(case) -> None:
+def test_the_search_does_not_wait_for_racing_to_tell_the_leader_from_a_close_contender(
+    case,
+) -> None:
     spec, cache = case
     driven, leader = _leader_measured(spec, cache, TunerSettings(explore_tail=False), 30)
     contender = driven.tuner.guide.diverse_top(2)[1].params  # another lattice config
     driven.measured(contender, 59.5)  # 0.8% behind, one run: within the noise
-    role, _, _ = driven.next(lambda params, role: 59.5)
-    assert role.neighbour_of is None and role.confirms is not None
-    for _ in range(6):  # racing measures the contender until it falls clearly behind
-        role, _, _ = driven.next(
-            lambda params, role: 50.0 if driven.key_of(params) != driven.key_of(leader) else 60.0
-        )
-        if role.neighbour_of is not None:
-            break
-    assert role.neighbour_of == 0  # then the search goes on around the leader
+    # A neighbour of the leader may be 3% better or worse (NEIGHBOUR_SD): its launch is
+    # worth more to the crown than telling two configs 0.8% apart.
+    role, params, _ = driven.next(lambda params, role: 59.5)
+    assert role.neighbour_of == 0 and role.confirms is None
+    assert len(_changed(params, leader)) == 1

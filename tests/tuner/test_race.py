@@ -64,3 +64,20 @@ def test_exploring_is_worth_little_when_nothing_unmeasured_can_beat_the_leader()
     leader = np.log(100.0)
     assert exploration_gain(index, hopeless, leader, maximize=True) < 1e-3
     assert exploration_gain(index, promising, leader, maximize=True) > 0.01
+
+
+def test_a_neighbour_s_one_lucky_run_does_not_outrank_a_config_measured_often() -> None:
+    # a and b measured six times each, b 1.5% ahead; n, a neighbour the local search
+    # launched around a, measured once 2.5% above a: within one run's noise of a.
+    index = measured([("a", 60.0)] * 6 + [("b", 60.9)] * 6)
+    index.add(
+        "n", params={"k": "n"}, trial=12, values=[61.5], constraints={}, measured=True, centre=0
+    )
+    assert crown(index, maximize=True, prior=False).key == "b"  # n is believed nearer a
+    for trial in range(13, 17):  # four more runs at 61.5: now the evidence is n's own
+        index.add(
+            "n", params={"k": "n"}, trial=trial, values=[61.5], constraints={}, measured=True
+        )
+    assert crown(index, maximize=True, prior=False).key == "n"
+    plain = measured([("a", 60.0)] * 6 + [("b", 60.9)] * 6 + [("n", 61.5)])
+    assert crown(plain, maximize=True, prior=False).key == "n"  # a lattice config's one run
