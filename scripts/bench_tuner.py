@@ -174,9 +174,7 @@ LANDSCAPES = {
         SEARCH_SPACES_DIR / "qwen3.6-27b-awq.yaml",
         generated(
             "agent-a100",
-            lambda: chat(
-                ChatParams(requests=200, seed=5, rate_rps=4.0, system_tokens=3000)
-            ),
+            lambda: chat(ChatParams(requests=200, seed=5, rate_rps=4.0, system_tokens=3000)),
         ),
         LoadSpec(mode="concurrency", concurrency=24),
         shape_kv=True,

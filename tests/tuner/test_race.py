@@ -75,9 +75,7 @@ def test_a_neighbour_s_one_lucky_run_does_not_outrank_a_config_measured_often() 
     )
     assert crown(index, maximize=True, prior=False).key == "b"  # n is believed nearer a
     for trial in range(13, 17):  # four more runs at 61.5: now the evidence is n's own
-        index.add(
-            "n", params={"k": "n"}, trial=trial, values=[61.5], constraints={}, measured=True
-        )
+        index.add("n", params={"k": "n"}, trial=trial, values=[61.5], constraints={}, measured=True)
     assert crown(index, maximize=True, prior=False).key == "n"
     plain = measured([("a", 60.0)] * 6 + [("b", 60.9)] * 6 + [("n", 61.5)])
     assert crown(plain, maximize=True, prior=False).key == "n"  # a lattice config's one run
