@@ -174,3 +174,32 @@ def test_the_search_does_not_wait_for_racing_to_tell_the_leader_from_a_close_con
     role, params, _ = driven.next(lambda params, role: 59.5)
     assert role.neighbour_of == 0 and role.confirms is None
     assert len(_changed(params, leader)) == 1
+
+
+def test_a_resumed_study_believes_a_neighbour_as_the_study_that_launched_it(case) -> None:
+    spec, cache = case
+    driven, _ = _leader_measured(spec, cache, TunerSettings(explore_tail=False), 30)
+    role, _, number = driven.next(lambda params, role: 61.5)  # 2.5% above, once
+    assert role.neighbour_of == 0
+    lucky = driven.tuner.index.by_trial[number]
+    contender = driven.tuner.guide.diverse_top(2)[1].params  # a lattice config
+    driven.measured(contender, 60.9, runs=6)  # 1.5% above the leader, six runs
+    # By its one run the neighbour leads; believed as its centre +-3%, it does not.
+    assert lucky.centre == 0 and max(lucky.samples) > 60.9
+    before = driven.tuner.crowned().key
+    assert before == driven.key_of(contender)
+    resumed = Tuner(
+        TunerSettings(explore_tail=False),
+        space=spec.space,
+        model=spec.model,
+        engine_version=None,
+        prescreen=spec.prescreen,
+        oracle=spec.oracle,
+        maximize=True,
+        guided=True,
+        n_trials=30,
+        cache=cache,
+    )
+    resumed.rebuild(driven.study, driven.key_of)
+    assert resumed.index.by_key[lucky.key].centre == 0  # read back from the trial record
+    assert resumed.crowned().key == before
