@@ -143,6 +143,8 @@ class PlainProgress:
 
     def on_trial_end(self, trial: FrozenTrial, outcome: str, study: optuna.Study) -> None:
         record = self.tally.record(trial)
+        if record.reason is not None:
+            outcome = f"{outcome} ({record.reason})"
         if trial.state != TrialState.COMPLETE and record.error:
             outcome = f"{outcome}: {record.error}"
         value = trial.values[0] if trial.values and record.measured else None
@@ -238,6 +240,8 @@ class RichProgress:
 
     def on_trial_end(self, trial: FrozenTrial, outcome: str, study: optuna.Study) -> None:
         record = self.tally.record(trial)
+        if record.reason is not None:
+            outcome = f"{outcome} ({record.reason})"
         if trial.state != TrialState.COMPLETE and record.error:
             outcome = f"{outcome}: {record.error}"[:60]
         value = trial.values[0] if trial.values else None

@@ -102,6 +102,18 @@ class TrialRecord(BaseModel):
         """The server ran and the replay produced figures: the trial's values are real."""
         return self.replay is not None and self.outcome in MEASURED_OUTCOMES
 
+    @property
+    def reason(self) -> str | None:
+        """Why the tuner launched this trial, when not the sampler's pick: a warm-start
+        seed, a re-measurement or a neighbour off the lattice (for the logs)."""
+        if self.confirms is not None:
+            return f"re-measures #{self.confirms}"
+        if self.neighbour_of is not None:
+            return f"neighbour of #{self.neighbour_of}"
+        if self.warm_start is not None:
+            return f"warm start {self.warm_start}"
+        return None
+
     def attrs(self) -> dict[str, Any]:
         """The user attrs to store: the fields set on this record, JSON-ready, and ``measured``."""
         return self.model_dump(mode="json", exclude_unset=True)

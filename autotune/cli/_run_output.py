@@ -174,6 +174,7 @@ def trials_table(loaded: LoadedStudy) -> Table:
     for row in sorted(loaded.trials, key=lambda r: r.number):
         value = f"{row.values[0]:,.1f}" if row.values and row.measured else "-"
         wall = f"{row.wall_s:.0f}s" if row.wall_s is not None else "-"
-        outcome = row.outcome_text + (" (baseline)" if row.is_baseline else "")
+        why = "baseline" if row.is_baseline else row.reason
+        outcome = row.outcome_text + (f" ({why})" if why else "")
         table.add_row(str(row.number), outcome, value, wall)
     return table

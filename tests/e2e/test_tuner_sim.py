@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 from pathlib import Path
@@ -87,6 +88,17 @@ def test_guided_run_seeds_from_predictions_never_relaunches_and_confirms(tmp_pat
     assert warm.effective_configs == 30 and warm.seeds == 3  # 36 points, 30 fit
     assert "warm start: 30 effective configs fit" in result.stdout
     assert "measured 2 times" in result.stdout or winner.measurements == 1
+    # Each line says why the tuner launched the trial.
+    for trial in seeds:
+        rank = record(trial).warm_start
+        assert re.search(
+            rf"trial {trial.number} \[\d/6\] [\w-]+ \(warm start {rank}\):", result.stdout
+        )
+    for trial in confirms:
+        original = record(trial).confirms
+        assert re.search(
+            rf"trial {trial.number} \[\d/6\] [\w-]+ \(re-measures #{original}\):", result.stdout
+        )
 
 
 @pytest.mark.timeout(420)
