@@ -39,7 +39,6 @@ from autotune.tuner.confirm import (
     duel,
     exploration_gain,
     race,
-    ranked,
 )
 from autotune.tuner.guide import Guide, PredictionCache, build_guide, utility_of
 from autotune.tuner.lattice import Candidate
@@ -281,14 +280,16 @@ class Tuner:
         if self.local is None:
             return None
         found = beliefs(self.index, maximize=self.maximize, prior=False)
-        leaders = ranked(self.index, maximize=self.maximize, prior=False)
+        leaders = sorted(
+            (self.index.by_key[key] for key in found), key=lambda e: -found[e.key].mean
+        )
         proposal = self.local.propose(self.index, self.crowned(), leaders)
         if proposal is None:
             return None
         point, centre = proposal
         home = found[centre.key]
         guess = Belief(home.mean + self.local.shift(point, centre), home.var + NEIGHBOUR_SD**2)
-        order = sorted(found.values(), key=lambda b: -b.mean)
+        order = [found[entry.key] for entry in leaders]
         launch = guess.gain(order[0].mean, crownable=False)
         if len(order) > 1 and launch <= max(
             b.gain(order[1].mean if b is order[0] else order[0].mean) for b in order

@@ -8,6 +8,7 @@ import pytest
 
 from autotune.run_setup import RunOptions, prepare_study
 from autotune.study import StudySpec
+from autotune.tuner.session import Tuner, TunerSettings
 from autotune.workload.gen import ClaudeCodeParams, claudecode
 from autotune.workload.io import write_workload
 
@@ -33,3 +34,19 @@ def case(tmp_path_factory: pytest.TempPathFactory) -> tuple[StudySpec, dict]:
         )
     )
     return spec, {}
+
+
+def guided_tuner(spec: StudySpec, cache: dict, settings: TunerSettings, n_trials: int) -> Tuner:
+    """The tuner `autotune run` builds for ``spec`` (guided, maximising throughput)."""
+    return Tuner(
+        settings,
+        space=spec.space,
+        model=spec.model,
+        engine_version=None,
+        prescreen=spec.prescreen,
+        oracle=spec.oracle,
+        maximize=True,
+        guided=True,
+        n_trials=n_trials,
+        cache=cache,
+    )

@@ -14,7 +14,8 @@ from autotune.study import StudySpec
 from autotune.trial import derive_config
 from autotune.tuner.lattice import config_key, ladder
 from autotune.tuner.schedule import Role
-from autotune.tuner.session import Tuner, TunerSettings
+from autotune.tuner.session import TunerSettings
+from tests.tuner.conftest import guided_tuner
 
 NUMERIC = ("max_num_seqs", "max_num_batched_tokens", "kv_cache_memory_gib")
 
@@ -24,18 +25,7 @@ class Study:
 
     def __init__(self, spec: StudySpec, cache: dict, settings: TunerSettings, n_trials: int):
         self.spec = spec
-        self.tuner = Tuner(
-            settings,
-            space=spec.space,
-            model=spec.model,
-            engine_version=None,
-            prescreen=spec.prescreen,
-            oracle=spec.oracle,
-            maximize=True,
-            guided=True,
-            n_trials=n_trials,
-            cache=cache,
-        )
+        self.tuner = guided_tuner(spec, cache, settings, n_trials)
         sampler = self.tuner.wrap(optuna.samplers.RandomSampler(seed=0))
         self.study = optuna.create_study(direction="maximize", sampler=sampler)
         self.tuner.rebuild(self.study, self.key_of)
@@ -188,18 +178,7 @@ def test_a_resumed_study_believes_a_neighbour_as_the_study_that_launched_it(case
     assert lucky.centre == 0 and max(lucky.samples) > 60.9
     before = driven.tuner.crowned().key
     assert before == driven.key_of(contender)
-    resumed = Tuner(
-        TunerSettings(explore_tail=False),
-        space=spec.space,
-        model=spec.model,
-        engine_version=None,
-        prescreen=spec.prescreen,
-        oracle=spec.oracle,
-        maximize=True,
-        guided=True,
-        n_trials=30,
-        cache=cache,
-    )
+    resumed = guided_tuner(spec, cache, TunerSettings(explore_tail=False), 30)
     resumed.rebuild(driven.study, driven.key_of)
     assert resumed.index.by_key[lucky.key].centre == 0  # read back from the trial record
     assert resumed.crowned().key == before

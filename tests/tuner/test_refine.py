@@ -11,6 +11,7 @@ from autotune.tuner.guide import Guide, build_guide
 from autotune.tuner.refine import PREDICTIONS, Refinement, Refiner
 from autotune.tuner.residual import ResidualModel
 from autotune.tuner.session import Tuner, TunerSettings
+from tests.tuner.conftest import guided_tuner
 
 
 def _refined(spec: StudySpec, cache: dict) -> tuple[Guide, Refinement, int]:
@@ -59,18 +60,7 @@ def test_the_tuner_refines_after_a_measurement_unless_switched_off(case) -> None
     spec, cache = case
 
     def measured_once(settings: TunerSettings) -> Tuner:
-        tuner = Tuner(
-            settings,
-            space=spec.space,
-            model=spec.model,
-            engine_version=None,
-            prescreen=spec.prescreen,
-            oracle=spec.oracle,
-            maximize=True,
-            guided=True,
-            n_trials=10,
-            cache=cache,
-        )
+        tuner = guided_tuner(spec, cache, settings, 10)
         assert tuner.guide is not None
         best = tuner.guide.diverse_top(1)[0]  # the warm start's first seed: on the lattice
         assert best.params["max_num_seqs"] == 2
