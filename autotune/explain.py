@@ -126,8 +126,14 @@ def outcome_sentences(loaded: LoadedStudy) -> list[str]:
 
 def headline_sentences(loaded: LoadedStudy, best: TrialRow) -> list[str]:
     objective = loaded.info.primary_objective
-    value = best.values[0] if best.values else float("nan")
-    sentence = f"The best config is trial {best.number}: {objective} {value:,.2f}"
+    value = loaded.value_of(best)
+    winner = loaded.crowned()
+    several = winner is not None and winner.measurements > 1
+    runs = f" (the mean of {winner.measurements} runs)" if several and winner else ""
+    sentence = (
+        f"The best config is trial {best.number}: {objective} "
+        f"{value if value is not None else float('nan'):,.2f}{runs}"
+    )
     baseline = loaded.baseline()
     gain = loaded.gain_over_baseline(best)
     if baseline is not None and baseline.number == best.number:

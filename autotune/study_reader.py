@@ -190,12 +190,22 @@ class LoadedStudy:
         value = row.values[0] if row.values else -math.inf
         return value if self.info.primary_maximize else -value
 
+    def value_of(self, row: TrialRow) -> float | None:
+        """``row``'s value on the first objective: the mean of the crown's measurements when
+        ``row`` is the crowned trial (one lucky run is not the figure to quote), else its
+        own measurement."""
+        winner = self.crowned()
+        if winner is not None and winner.trial == row.number:
+            return winner.mean
+        return row.values[0] if row.values else None
+
     def gain_over_baseline(self, row: TrialRow) -> float | None:
         """``row / baseline`` on the first objective (inverted when minimised), if measurable."""
         base = self.baseline()
-        if base is None or not base.measured or not base.values or not row.values:
+        ours = self.value_of(row)
+        if base is None or not base.measured or not base.values or ours is None:
             return None
-        ours, theirs = row.values[0], base.values[0]
+        theirs = base.values[0]
         if self.info.primary_maximize:
             return ours / theirs if theirs > 0 else None
         return theirs / ours if ours > 0 else None

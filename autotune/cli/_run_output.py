@@ -74,9 +74,10 @@ def resume_line(loaded: LoadedStudy) -> str:
     plural = "s" if done != 1 else ""
     text = f"Resuming study [bold]{loaded.name}[/bold]: {done} trial{plural} complete"
     best = best_or_none(loaded)
-    if best is not None and best.values:
+    value = loaded.value_of(best) if best is not None else None
+    if best is not None and value is not None:
         metric = METRIC_NAMES[ObjectiveName(loaded.info.primary_objective)]
-        text += f", best {best.values[0]:,.1f} {metric} (trial {best.number})"
+        text += f", best {value:,.1f} {metric} (trial {best.number})"
     return text + "."
 
 
@@ -100,11 +101,15 @@ def summary_lines(loaded: LoadedStudy) -> list[str]:
             )
         return lines
     metric = METRIC_NAMES[ObjectiveName(loaded.info.primary_objective)]
-    value = best.values[0] if best.values else float("nan")
+    value = loaded.value_of(best)
+    winner = loaded.crowned()
+    runs = winner.measurements if winner is not None else 1
+    mean_text = f" (mean of {runs} runs)" if runs > 1 else ""
     gain = loaded.gain_over_baseline(best)
     gain_text = f", {gain:.2f}x the baseline" if gain else ""
     lines = [
-        f"\n[bold green]Best: trial {best.number}[/bold green]: {value:,.1f} {metric}{gain_text}"
+        f"\n[bold green]Best: trial {best.number}[/bold green]: "
+        f"{value if value is not None else float('nan'):,.1f} {metric}{mean_text}{gain_text}"
     ]
     lines += latency_lines(loaded, best)
     lines += tuner_lines(loaded, metric)

@@ -6,6 +6,10 @@ import optuna
 from typer.testing import CliRunner
 
 from autotune.cli import app
+from autotune.cli._run_output import resume_line, summary_lines
+from autotune.compare import compare_rows
+from autotune.explain import headline_sentences
+from autotune.study_reader import load_study
 from autotune.tuner.record import TunerStudyRecord, Winner
 from tests.results.conftest import build_study
 
@@ -39,3 +43,39 @@ def test_show_lists_the_crowned_config_first_and_says_why(storage_url: str) -> N
     assert rows[1].split("│")[1].strip() == str(lucky.number)
     assert sum("(winner)" in row for row in rows) == 1
     assert f"winner: trial {crowned.number}, measured once" in text
+
+
+def test_a_crown_measured_several_times_is_quoted_by_its_mean_everywhere(
+    storage_url: str,
+) -> None:
+    """Before: the run summary, `explain` and `compare` quoted the crowned trial's first
+    run (a lucky one, often: that is how it took the lead) and its gain over the
+    baseline, while the line below said the mean of its re-measurements was lower."""
+    study = build_study(storage_url, "s")
+    feasible = [t for t in study.trials if t.user_attrs.get("outcome") == "ok"]
+    crowned = max(feasible, key=lambda t: t.values[0])
+    mean = crowned.values[0] * 0.9  # its re-measurements came in lower
+    TunerStudyRecord(
+        winner=Winner(
+            trial=crowned.number,
+            trials=[crowned.number, 90, 91],
+            mean=mean,
+            spread=1.0,
+            measurements=3,
+        )
+    ).write(optuna.load_study(study_name="s", storage=storage_url))
+    loaded = load_study(storage_url, "s")
+    baseline = loaded.baseline()
+    assert baseline is not None and baseline.values
+    gain = mean / baseline.values[0]
+    summary = " ".join(summary_lines(loaded))
+    assert (
+        f"Best: trial {crowned.number}[/bold green]: {mean:,.1f} output_tok_s "
+        f"(mean of 3 runs), {gain:.2f}x the baseline" in summary
+    ), summary
+    assert f"{crowned.values[0]:,.1f} output_tok_s" not in summary
+    assert f"best {mean:,.1f} output_tok_s (trial {crowned.number})" in resume_line(loaded)
+    (row,) = compare_rows([loaded])
+    assert row.output_throughput_tok_s == mean
+    headline = " ".join(headline_sentences(loaded, loaded.best()))
+    assert f"throughput {mean:,.2f} (the mean of 3 runs), {gain:.2f}x the baseline" in headline
