@@ -28,7 +28,7 @@ The truth's virtual replay reports its throughput so far as the HTTP replay
 does; the study's pruner sees it (noise included) and may stop the trial:
 its modelled GPU time is then startup plus the replay up to that point.
 
-    python scripts/bench_tuner.py [--quick] [--seeds 10] [--launches 30] [--json]
+    python scripts/bench_tuner.py [--quick] [--seeds 10] [--launches 30] [--json] [--jobs N]
         [--cache FILE] [--raw FILE]     # then: --table FILE... (runs merged, one optimum)
     # a changed copy of the code, set beside the default by --table:
     python scripts/bench_tuner.py --strategy default --raw FILE --variant "threshold 3%"
@@ -40,13 +40,16 @@ import argparse
 import hashlib
 import json
 import math
+import multiprocessing
+import os
 import pickle
 import random
 import statistics
 import tempfile
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -508,6 +511,31 @@ def run_one(
     return log
 
 
+_JOB: tuple = ()  # run_one's arguments but the seed, for the forked workers of ``studies``
+
+
+def _run_seed(seed: int) -> StudyLog:
+    label, setup, truth, optimum, strategy, budget = _JOB
+    return run_one(label, setup, truth, optimum, strategy, seed, budget)
+
+
+def studies(job: tuple, seeds: range, jobs: int) -> Iterator[StudyLog]:
+    """One strategy's studies at ``seeds`` (in order), ``jobs`` at a time in forked
+    processes: each inherits the landscape's predictions, and what it predicts besides
+    (off-lattice configs) stays in it. Every study is seeded, so the logs are the ones a
+    serial run gives."""
+    global _JOB
+    _JOB = job
+    if jobs < 2 or len(seeds) < 2:
+        yield from map(_run_seed, seeds)
+        return
+    # Not multiprocessing.Pool: its workers are daemons, which may not start the
+    # recalibration's own prediction workers.
+    fork = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(min(jobs, len(seeds)), mp_context=fork) as pool:
+        yield from pool.map(_run_seed, seeds)
+
+
 def first_reaching(curve: list[float], level: float) -> int | None:
     return next((i + 1 for i, value in enumerate(curve) if value >= level - 1e-9), None)
 
@@ -723,6 +751,12 @@ def main() -> None:
     parser.add_argument("--strategy", action="append", choices=list(STRATEGIES))
     parser.add_argument("--json", action="store_true")
     parser.add_argument(
+        "--jobs",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="studies run at once, in forked processes (default: one per core)",
+    )
+    parser.add_argument(
         "--cache", type=Path, help="keep every prediction in this file between runs (pickle)"
     )
     parser.add_argument("--raw", type=Path, help="append every study's log to this file")
@@ -794,8 +828,8 @@ def main() -> None:
             for strategy in strategies:
                 started = time.monotonic()
                 logs = []
-                for seed in seeds:
-                    log = run_one(label, setup, truth, optimum, strategy, seed, args.launches)
+                job = (label, setup, truth, optimum, strategy, args.launches)
+                for seed, log in zip(seeds, studies(job, seeds, args.jobs), strict=True):
                     logs.append(log)
                     if args.raw:
                         with args.raw.open("a") as out:
