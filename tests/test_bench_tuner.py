@@ -112,3 +112,18 @@ def test_the_misled_landscape_s_optimum_is_not_where_the_tuner_s_simulator_puts_
     assert ranking.index(best) >= 5
     assert 0 < points[best]["mtp_k"] < points[ranking[0]]["mtp_k"]
     assert true[ranking[0]] < 0.95 * true[best]
+
+
+def test_studies_run_in_parallel_log_what_the_serial_run_logs(tmp_path):
+    """--jobs: the forked studies are the serial ones (seeded sampler, paired noise), in
+    seed order, so a parallel benchmark's figures are the serial benchmark's."""
+    landscape = bench.LANDSCAPES["readme"]
+    setup = bench.prepare(landscape, tmp_path)
+    spec = setup["spec"]
+    truth = bench.Truth(bench.truth_of(landscape, spec, bench.truth_constants("readme", False)))
+    job = ("readme", setup, truth, 80.0, "random", 4)
+    serial = list(bench.studies(job, range(3), 1))
+    parallel = list(bench.studies(job, range(3), 2))
+    assert [log.launches for log in serial] == [4, 4, 4]
+    assert len({json.dumps(log.measured, sort_keys=True) for log in serial}) == 3
+    assert parallel == serial
