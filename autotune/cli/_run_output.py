@@ -133,8 +133,8 @@ def tuner_lines(loaded: LoadedStudy, metric: str) -> list[str]:
     if winner and winner.measurements > 1:
         lines.append(
             f"  measured {winner.measurements} times (trials "
-            f"{', '.join(str(t) for t in winner.trials)}): mean {winner.mean:,.1f}, "
-            f"spread {winner.spread:,.1f} {metric}"
+            f"{', '.join(str(t) for t in winner.trials)}): "
+            f"spread {winner.spread:,.1f} {metric} about the mean above"
         )
     return lines
 
