@@ -74,6 +74,7 @@ def test_a_crown_measured_several_times_is_quoted_by_its_mean_everywhere(
         f"(mean of 3 runs), {gain:.2f}x the baseline" in summary
     ), summary
     assert f"{crowned.values[0]:,.1f} output_tok_s" not in summary
+    assert f"measured 3 times (trials {crowned.number}, 90, 91): spread 1.0" in summary
     assert f"best {mean:,.1f} output_tok_s (trial {crowned.number})" in resume_line(loaded)
     (row,) = compare_rows([loaded])
     assert row.output_throughput_tok_s == mean
