@@ -172,15 +172,17 @@ def test_export_formats_on_a_simulated_study(sim_study: tuple[str, Path]) -> Non
 def test_explain_and_compare_on_a_simulated_study(sim_study: tuple[str, Path]) -> None:
     storage_url, _ = sim_study
     best = _best_trial(storage_url)
-    text = autotune_in_process("explain", "--storage", storage_url)
-    assert f"The best config is trial {best.number}: throughput {best.values[0]:,.2f}" in text
-    assert "Where out-of-memory begins" in text
     name = optuna.get_all_study_names(storage_url)[0]
+    # The crown's figure: the mean of its runs when racing re-measured it.
+    mean = optuna.load_study(study_name=name, storage=storage_url).user_attrs["winner"]["mean"]
+    text = autotune_in_process("explain", "--storage", storage_url)
+    assert f"The best config is trial {best.number}: throughput {mean:,.2f}" in text
+    assert "Where out-of-memory begins" in text
     table = autotune_in_process(
         "compare", name, "--storage", storage_url, "--price", "rtx4080s=0.35"
     )
-    assert f"{best.values[0]:,.1f}" in table
-    assert f"{best.values[0] * 3600 / 0.35:,.0f}" in table
+    assert f"{mean:,.1f}" in table
+    assert f"{mean * 3600 / 0.35:,.0f}" in table
 
 
 @needs_chromium
