@@ -16,7 +16,6 @@ from rich.table import Table
 
 from autotune.errors import InputError
 from autotune.explain import format_flag_value
-from autotune.objective import ObjectiveName
 from autotune.replay.load import LoadSpec
 from autotune.sim.calibration import CalibrationProfile
 from autotune.sim.config import SimConfig
@@ -134,11 +133,7 @@ def compare_rows(
                 model=loaded.info.model,
                 trial=best.number,
                 best_config=config_summary(best),
-                output_throughput_tok_s=(
-                    loaded.value_of(best)
-                    if loaded.info.primary_objective == ObjectiveName.THROUGHPUT
-                    else best.throughput_tok_s
-                ),
+                output_throughput_tok_s=loaded.throughput_of(best),
                 ttft_p95_s=best.ttft_p95_s,
                 tpot_p95_s=best.tpot_p95_s,
                 kv_cache_tokens=best.kv_cache_tokens,

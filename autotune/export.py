@@ -117,7 +117,7 @@ def export_header(loaded: LoadedStudy, row: TrialRow) -> ExportHeader:
         workload=info.workload_name,
         objectives=info.objectives,
         slos=info.slos,
-        output_throughput_tok_s=row.throughput_tok_s,
+        output_throughput_tok_s=loaded.throughput_of(row),
         ttft_p95_s=row.ttft_p95_s,
         tpot_p95_s=row.tpot_p95_s,
         e2e_p95_s=row.e2e_p95_s,

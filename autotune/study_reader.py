@@ -22,6 +22,7 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from autotune.defaults import DEFAULT_ARTIFACTS_DIR
 from autotune.errors import InputError, StorageError
+from autotune.objective import ObjectiveName
 from autotune.trial_record import TrialRecord, outcome_text
 from autotune.tuner.record import TunerStudyRecord, Winner
 from autotune.vocabulary import OOM_OUTCOMES, HardwareFingerprint
@@ -198,6 +199,13 @@ class LoadedStudy:
         if winner is not None and winner.trial == row.number:
             return winner.mean
         return row.values[0] if row.values else None
+
+    def throughput_of(self, row: TrialRow) -> float | None:
+        """``row``'s output tok/s, as ``value_of`` quotes it when throughput is the
+        objective (the crown's mean); else the row's own measurement."""
+        if self.info.primary_objective == ObjectiveName.THROUGHPUT:
+            return self.value_of(row)
+        return row.throughput_tok_s
 
     def gain_over_baseline(self, row: TrialRow) -> float | None:
         """``row / baseline`` on the first objective (inverted when minimised), if measurable."""

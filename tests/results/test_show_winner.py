@@ -1,14 +1,19 @@
-"""`autotune show` puts the tuner's crowned config first, even below a lucky single run."""
+"""The tuner's crowned config: `autotune show` lists it first, even below a lucky single
+run, and every command quotes it by the mean of its runs."""
 
 from __future__ import annotations
 
+import json
+
 import optuna
+import pytest
 from typer.testing import CliRunner
 
 from autotune.cli import app
 from autotune.cli._run_output import resume_line, summary_lines
 from autotune.compare import compare_rows
 from autotune.explain import headline_sentences
+from autotune.export import render
 from autotune.study_reader import load_study
 from autotune.tuner.record import TunerStudyRecord, Winner
 from tests.results.conftest import build_study
@@ -48,7 +53,7 @@ def test_show_lists_the_crowned_config_first_and_says_why(storage_url: str) -> N
 def test_a_crown_measured_several_times_is_quoted_by_its_mean_everywhere(
     storage_url: str,
 ) -> None:
-    """Before: the run summary, `explain` and `compare` quoted the crowned trial's first
+    """Before: the run summary, `explain`, `compare` and `export` quoted the crowned trial's first
     run (a lucky one, often: that is how it took the lead) and its gain over the
     baseline, while the line below said the mean of its re-measurements was lower."""
     study = build_study(storage_url, "s")
@@ -78,5 +83,8 @@ def test_a_crown_measured_several_times_is_quoted_by_its_mean_everywhere(
     assert f"best {mean:,.1f} output_tok_s (trial {crowned.number})" in resume_line(loaded)
     (row,) = compare_rows([loaded])
     assert row.output_throughput_tok_s == mean
+    meta = json.loads(render(loaded, loaded.best(), "json"))["meta"]
+    assert meta["output_throughput_tok_s"] == mean
+    assert meta["gain_over_baseline"] == pytest.approx(gain)
     headline = " ".join(headline_sentences(loaded, loaded.best()))
     assert f"throughput {mean:,.2f} (the mean of 3 runs), {gain:.2f}x the baseline" in headline
