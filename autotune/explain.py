@@ -128,8 +128,9 @@ def headline_sentences(loaded: LoadedStudy, best: TrialRow) -> list[str]:
     objective = loaded.info.primary_objective
     value = loaded.value_of(best)
     winner = loaded.crowned()
-    several = winner is not None and winner.measurements > 1
-    runs = f" (the mean of {winner.measurements} runs)" if several and winner else ""
+    runs = ""
+    if winner is not None and winner.measurements > 1:
+        runs = f" (the mean of {winner.measurements} runs)"
     sentence = (
         f"The best config is trial {best.number}: {objective} "
         f"{value if value is not None else float('nan'):,.2f}{runs}"
