@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -21,6 +22,7 @@ from rich.text import Text
 
 from autotune.replay.records import RequestRecord
 from autotune.trial_record import TrialRecord
+from autotune.tuner.record import TunerStudyRecord
 
 
 def _clock(seconds: float) -> str:
@@ -28,6 +30,20 @@ def _clock(seconds: float) -> str:
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+@dataclass(frozen=True)
+class Best:
+    """The best so far as the displays quote it: the tuner's crown (the mean of its
+    measurements) when there is one, else the best single feasible run."""
+
+    trial: int
+    value: float
+    runs: int = 1
+
+    def text(self, metric: str) -> str:
+        runs = f", mean of {self.runs}" if self.runs > 1 else ""
+        return f"best {self.value:,.1f} {metric} (#{self.trial}{runs})"
 
 
 class Tally:
@@ -39,17 +55,17 @@ class Tally:
         n_trials: int | None,
         already_done: int,
         maximize: bool,
-        best: tuple[int, float] | None = None,
+        best: Best | None = None,
     ) -> None:
         self.n_trials = n_trials
         self.done_before = already_done
         self.done_now = 0
         self.maximize = maximize
-        self.best = best  # (trial number, value), the study's best including earlier runs
+        self.best = best  # the study's best including earlier runs
         self.started = time.monotonic()
         self._counted: set[int] = set()
 
-    def record(self, trial: FrozenTrial) -> TrialRecord:
+    def record(self, trial: FrozenTrial, study: optuna.Study) -> TrialRecord:
         """Count a finished trial once, however many displays report it; returns its record."""
         record = TrialRecord.read(trial.user_attrs)
         if trial.number in self._counted:
@@ -57,14 +73,18 @@ class Tally:
         self._counted.add(trial.number)
         if trial.state in (TrialState.COMPLETE, TrialState.PRUNED):  # not FAIL (our own error)
             self.done_now += 1
+        winner = TunerStudyRecord.read(study.user_attrs).winner
+        if winner is not None and len(study.directions) == 1:
+            self.best = Best(winner.trial, winner.mean, winner.measurements)
+            return record
         value = trial.values[0] if trial.values else None
         feasible = all(v <= 0 for v in trial.constraints.values())
         if value is not None and feasible and record.measured:
             better = self.best is None or (
-                value > self.best[1] if self.maximize else value < self.best[1]
+                value > self.best.value if self.maximize else value < self.best.value
             )
             if better:
-                self.best = (trial.number, value)
+                self.best = Best(trial.number, value)
         return record
 
     @property
@@ -82,7 +102,7 @@ class Tally:
         return f"{position}/{self.n_trials}" if self.n_trials else str(position)
 
     def best_text(self, metric: str) -> str:
-        return f"best {self.best[1]:,.1f} {metric} (#{self.best[0]})" if self.best else "best -"
+        return self.best.text(metric) if self.best else "best -"
 
 
 def launched_value(name: str, searched: Any, flags: dict[str, Any]) -> tuple[Any, bool]:
@@ -142,7 +162,7 @@ class PlainProgress:
         return None  # one line per request would bury the trials
 
     def on_trial_end(self, trial: FrozenTrial, outcome: str, study: optuna.Study) -> None:
-        record = self.tally.record(trial)
+        record = self.tally.record(trial, study)
         if record.reason is not None:
             outcome = f"{outcome} ({record.reason})"
         if trial.state != TrialState.COMPLETE and record.error:
@@ -239,7 +259,7 @@ class RichProgress:
         self._refresh()
 
     def on_trial_end(self, trial: FrozenTrial, outcome: str, study: optuna.Study) -> None:
-        record = self.tally.record(trial)
+        record = self.tally.record(trial, study)
         if record.reason is not None:
             outcome = f"{outcome} ({record.reason})"
         if trial.state != TrialState.COMPLETE and record.error:

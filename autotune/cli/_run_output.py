@@ -18,7 +18,7 @@ from rich.table import Table
 
 from autotune.errors import InputError
 from autotune.objective import METRIC_NAMES, ObjectiveName
-from autotune.progress import FanOut, PlainProgress, RichProgress, Tally
+from autotune.progress import Best, FanOut, PlainProgress, RichProgress, Tally
 from autotune.study_reader import LoadedStudy, TrialRow
 from autotune.tuner.record import TunerStudyRecord
 
@@ -86,6 +86,16 @@ def best_or_none(loaded: LoadedStudy) -> TrialRow | None:
         return loaded.best()
     except InputError:
         return None
+
+
+def best_so_far(loaded: LoadedStudy) -> Best | None:
+    """What the live display starts from on a resumed study: the crown, by its mean."""
+    best = best_or_none(loaded)
+    value = loaded.value_of(best) if best is not None else None
+    if best is None or value is None:
+        return None
+    winner = loaded.crowned()
+    return Best(best.number, value, winner.measurements if winner is not None else 1)
 
 
 def summary_lines(loaded: LoadedStudy) -> list[str]:

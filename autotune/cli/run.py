@@ -24,7 +24,7 @@ from autotune.cli._common import (
 )
 from autotune.cli._run_output import (
     RunOutput,
-    best_or_none,
+    best_so_far,
     resume_line,
     summary_lines,
     trials_table,
@@ -390,12 +390,11 @@ def run_with_output(
     output.say(f"log: {output.log_path}")
     if spec.token_note:
         output.say(f"[yellow]note:[/yellow] {spec.token_note}")
-    best = best_or_none(existing) if existing is not None else None
     tally = Tally(
         n_trials=spec.n_trials,
         already_done=completed_count(existing.study) if existing is not None else 0,
         maximize=spec.goal.directions[0] == "maximize",
-        best=(best.number, best.values[0]) if best is not None and best.values else None,
+        best=best_so_far(existing) if existing is not None else None,
     )
     display, observer = output.progress(tally, METRIC_NAMES[spec.goal.objectives[0]])
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)

@@ -80,7 +80,7 @@ def run_study(spec: StudySpec, *, observer: StudyObserver | None = None) -> optu
             study.optimize(
                 runner, n_trials=tuner.confirm_slots, callbacks=callbacks, catch=(Exception,)
             )
-        tuner.finish(study)
+        tuner.store_crown(study)
     return study
 
 

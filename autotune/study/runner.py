@@ -97,6 +97,7 @@ class TrialRunner:
         self.tuner.record(
             trial, key, listed if trial.user_attrs.get("measured") else None, trial.constraints
         )
+        self.tuner.store_crown(self.study)  # what the live display and `show` quote now
         if result.outcome_override == Outcome.PRUNED:
             raise optuna.TrialPruned(result.stats.stopped_early if result.stats else None)
         return values

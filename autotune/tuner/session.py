@@ -7,7 +7,8 @@ chooses the warm-start seeds (right after the baseline) and the re-measurements
 re-measurement is worth more than a new config: ``confirm.race``), and in the
 tail the measured leaders' neighbours off the lattice (``local``), without
 enqueueing anything; ``twin`` (before launching) and ``record`` (after) keep the index of
-measured launches; ``finish`` crowns. Each technique has its switch in
+measured launches; ``store_crown`` crowns (after every measured trial, so the live
+display and a killed study quote the crown the run would end with). Each technique has its switch in
 ``TunerSettings``.
 """
 
@@ -487,7 +488,7 @@ class Tuner:
             prior=self.settings.crown_prior,
         )
 
-    def finish(self, study: optuna.Study) -> Measured | None:
+    def store_crown(self, study: optuna.Study) -> Measured | None:
         """Crown the best estimate and store it (study attr ``winner``)."""
         winner = self.crowned()
         if winner is not None:

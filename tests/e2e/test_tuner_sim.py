@@ -91,6 +91,10 @@ def test_guided_run_seeds_from_predictions_never_relaunches_and_confirms(tmp_pat
     assert warm.effective_configs == 30 and warm.seeds == 3  # 36 points, 30 fit
     assert "warm start: 30 effective configs fit" in result.stdout
     assert "measured 2 times" in result.stdout or winner.measurements == 1
+    # The last trial's line quotes the crown the summary hands over, by its mean.
+    summary = re.search(r"Best: trial (\d+): ([\d,.]+) output_tok_s", result.stdout)
+    lines = re.findall(r"; best ([\d,.]+) output_tok_s \(#(\d+)[,)]", result.stdout)
+    assert summary and lines and lines[-1] == (summary[2], summary[1]), result.stdout
     # Each line says why the tuner launched the trial.
     for trial in seeds:
         rank = record(trial).warm_start

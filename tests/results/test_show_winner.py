@@ -10,10 +10,11 @@ import pytest
 from typer.testing import CliRunner
 
 from autotune.cli import app
-from autotune.cli._run_output import resume_line, summary_lines
+from autotune.cli._run_output import best_so_far, resume_line, summary_lines
 from autotune.compare import compare_rows
 from autotune.explain import headline_sentences
 from autotune.export import render
+from autotune.progress import PlainProgress, Tally
 from autotune.study_reader import load_study
 from autotune.tuner.record import TunerStudyRecord, Winner
 from tests.results.conftest import build_study
@@ -88,3 +89,32 @@ def test_a_crown_measured_several_times_is_quoted_by_its_mean_everywhere(
     assert meta["gain_over_baseline"] == pytest.approx(gain)
     headline = " ".join(headline_sentences(loaded, loaded.best()))
     assert f"throughput {mean:,.2f} (the mean of 3 runs), {gain:.2f}x the baseline" in headline
+
+
+def test_the_live_trial_line_quotes_the_crown_by_its_mean(storage_url: str) -> None:
+    """Before: each trial's line ended `best X (#N)` with the best single run, while the
+    summary below it crowned another config by the mean of its runs."""
+    study = build_study(storage_url, "s")
+    feasible = [t for t in study.trials if t.user_attrs.get("outcome") == "ok"]
+    lucky = max(feasible, key=lambda t: t.values[0])
+    crowned = sorted(feasible, key=lambda t: -t.values[0])[1]
+    mean = crowned.values[0] * 0.98
+    stored = optuna.load_study(study_name="s", storage=storage_url)
+    TunerStudyRecord(
+        winner=Winner(
+            trial=crowned.number, trials=[crowned.number, 90], mean=mean, spread=1.0,
+            measurements=2,
+        )
+    ).write(stored)  # fmt: skip
+    lines: list[str] = []
+    tally = Tally(n_trials=None, already_done=0, maximize=True)
+    progress = PlainProgress(lines.append, tally, metric="output_tok_s")
+    progress.on_trial_end(stored.trials[lucky.number], "ok", stored)
+    assert lines[-1].endswith(f"; best {mean:,.1f} output_tok_s (#{crowned.number}, mean of 2)")
+    # A resumed run's display starts from the same crown.
+    resumed = best_so_far(load_study(storage_url, "s"))
+    assert resumed is not None
+    assert (
+        resumed.text("output_tok_s")
+        == f"best {mean:,.1f} output_tok_s (#{crowned.number}, mean of 2)"
+    )
