@@ -9,7 +9,6 @@ import typer
 
 from autotune.cli._common import console, handle_errors
 from autotune.errors import InputError
-from autotune.workload.proxy import serve
 
 
 def _listen(value: str) -> tuple[str, int]:
@@ -47,6 +46,8 @@ def record(
         highlight=False,
         soft_wrap=True,
     )
+    from autotune.workload.proxy import serve  # uvicorn: this command only
+
     recorder = serve(upstream, host, port, out, anonymize=anonymize, notify=_tell)
     console().print(
         f"recorded {recorder.recorded} calls to {out} ({recorder.skipped} not recorded: "

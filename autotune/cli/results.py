@@ -12,7 +12,6 @@ import typer
 
 from autotune import compare as compare_mod
 from autotune import export as export_mod
-from autotune import report as report_mod
 from autotune.cli._common import (
     StorageOption,
     StudyOption,
@@ -89,7 +88,9 @@ def report(
     """Write a self-contained HTML report (plots inlined; opens with no network)."""
     _quiet_optuna()
     loaded = load_study(storage, study)
-    out.write_text(report_mod.render_report(loaded))
+    from autotune.report import render_report  # plotly and Optuna's plots: this command only
+
+    out.write_text(render_report(loaded))
     console().print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB) for study {loaded.name!r}")
 
 

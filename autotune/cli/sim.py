@@ -13,7 +13,6 @@ from rich.table import Table
 from autotune.cli._common import console, handle_errors
 from autotune.cli.sim_calibrate import calibrate_command
 from autotune.errors import InputError
-from autotune.sim import server
 from autotune.sim.calibration import load_profile
 from autotune.sim.config import SimConfig
 from autotune.sim.hardware import gpu_names
@@ -261,4 +260,6 @@ def catalog_command() -> None:
 )
 def serve_command(ctx: typer.Context) -> None:
     """Run the simulated vLLM server: `autotune sim serve MODEL --hardware GPU` + vLLM flags."""
+    from autotune.sim import server  # the ASGI stack: this command only
+
     sys.exit(server.main(list(ctx.args)))

@@ -3,23 +3,24 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
-from autotune.calibration_study import study_targets
 from autotune.cli._common import StorageOption, console, handle_errors
 from autotune.compare import catalog_gpu
 from autotune.defaults import DEFAULT_STORAGE_URL
 from autotune.errors import InputError
-from autotune.sim.calibrate import Target, calibrate, point_target
 from autotune.sim.calibration import CalibrationProfile, save_profile
 from autotune.sim.calibration_points import load_points
 from autotune.sim.hardware import get_gpu
 from autotune.sim.models import get_model
 from autotune.sim.speed_constants import DEFAULT_CONSTANTS
 from autotune.study_reader import load_study
+
+if TYPE_CHECKING:
+    from autotune.sim.calibrate import Target
 
 
 @handle_errors
@@ -49,6 +50,10 @@ def calibrate_command(
     ] = True,
 ) -> None:
     """Fit bandwidth/compute efficiency, overheads, draft cost and MTP acceptance to runs."""
+    # scipy.optimize takes 0.4 s to import: this command only, not every autotune start.
+    from autotune.calibration_study import study_targets
+    from autotune.sim.calibrate import calibrate, point_target
+
     if (points is None) == (from_study is None):
         raise InputError("give exactly one of --points FILE and --from-study NAME")
     if points is not None:
