@@ -56,6 +56,7 @@ from typing import Any
 
 import numpy as np
 import optuna
+from scipy.stats import binomtest
 
 from autotune.replay.load import LoadSpec
 from autotune.replay.load_policy import Progress
@@ -562,6 +563,8 @@ def summarize(logs: list[StudyLog], budget: int, optimum: float) -> dict:
     ]
     finals = [curve[-1] if curve else 0.0 for curve in curves]
     known_hours = [h for h in hours if h is not None]
+    within = sum(f >= 0.99 for f in finals)
+    interval = binomtest(within, len(finals)).proportion_ci(method="wilson")
     return {
         "median_launches_to_99": med(to99),
         "worst_launches_to_99": worst(to99),
@@ -573,7 +576,11 @@ def summarize(logs: list[StudyLog], budget: int, optimum: float) -> dict:
         else None,
         "winner_median": statistics.median(finals),
         "winner_worst": min(finals),
-        "winner_within_1pct_rate": sum(f >= 0.99 for f in finals) / len(finals),
+        "winner_within_1pct_rate": within / len(finals),
+        "winners_within_1pct": within,
+        # Wilson 95% interval of the rate: where two strategies' intervals overlap widely,
+        # their difference in these seeds may be noise.
+        "winner_within_1pct_interval": [round(bound, 3) for bound in interval],
         "gpu_hours_per_study": statistics.fmean(sum(log.seconds) for log in logs) / 3600,
         "pruned_per_study": statistics.fmean(log.pruned for log in logs),
         "winners_pruned_per_study": statistics.fmean(log.winners_pruned for log in logs),
@@ -867,6 +874,7 @@ def format_row(row: dict) -> str:
         return f"{value:g}" if isinstance(value, int | float) else str(value)
 
     hours = row["median_gpu_hours_to_99"]
+    low, high = row["winner_within_1pct_interval"]
     return (
         f"  {row['strategy']:<30} to99 med {fmt(row['median_launches_to_99']):>4} "
         f"worst {fmt(row['worst_launches_to_99']):>4} "
@@ -876,6 +884,8 @@ def format_row(row: dict) -> str:
         f"| GPU-h to99 {fmt(hours and round(hours, 2))} "
         f"| winner med {row['winner_median']:.3f} worst {row['winner_worst']:.3f} "
         f"within1% {row['winner_within_1pct_rate']:.0%} "
+        f"({row['winners_within_1pct']}/{row['seeds']}, 95% CI "
+        f"{low:.0%}-{high:.0%}) "
         f"| GPU-h/study {row['gpu_hours_per_study']:.2f} "
         f"pruned {row['pruned_per_study']:.1f} (winners {row['winners_pruned_per_study']:.1f}, "
         f"improvers {row['improvers_pruned_per_study']:.1f})"

@@ -61,6 +61,19 @@ def test_table_reads_against_the_best_launched_config_when_it_beats_the_lattice(
     assert rows["guided"]["winner_within_1pct_rate"] == 1.0
 
 
+def test_the_within_1pct_rate_comes_with_its_count_and_a_95pct_interval(tmp_path):
+    """17 of 20 and 9 of 10 are one seed apart: the table says how sure each rate is."""
+    raw = tmp_path / "raw.jsonl"
+    finals = [100.0] * 17 + [95.0] * 3
+    records = [_record("guided", seed, [final], 100.0) for seed, final in enumerate(finals)]
+    raw.write_text("".join(json.dumps(r) + "\n" for r in records))
+    (row,) = bench.table([raw], budget=1)
+    assert row["winners_within_1pct"] == 17 and row["seeds"] == 20
+    low, high = row["winner_within_1pct_interval"]
+    assert low < 0.7 and 0.9 < high < 1.0  # Wilson: 0.64-0.95, the goal's 0.9 inside it
+    assert "within1% 85% (17/20, 95% CI 64%-95%)" in bench.format_row(row)
+
+
 def test_a_variant_s_studies_stand_beside_the_default_s_against_one_optimum(tmp_path):
     default, variant = tmp_path / "default.jsonl", tmp_path / "variant.jsonl"
     log = bench.StudyLog(launches=2, handed_over=[95.0, 99.5], launched_best=99.5)
