@@ -507,6 +507,6 @@ class Tuner:
         if self.guide is None:
             return None
         return (
-            f"warm start: {len(self.guide.candidates)} effective configs that fit, "
-            f"{self.guide.predicted} predicted feasible, in {self.guide.seconds:.0f} s"
+            f"warm start: {len(self.guide.candidates):,} effective configs that fit, "
+            f"{self.guide.predicted:,} predicted feasible, in {self.guide.seconds:.0f} s"
         )
