@@ -21,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from autotune.replay.records import RequestRecord
+from autotune.trial_config import params_text
 from autotune.trial_record import TrialRecord
 from autotune.tuner.record import TunerStudyRecord
 
@@ -103,25 +104,6 @@ class Tally:
 
     def best_text(self, metric: str) -> str:
         return self.best.text(metric) if self.best else "best -"
-
-
-def launched_value(name: str, searched: Any, flags: dict[str, Any]) -> tuple[Any, bool]:
-    """A parameter's value as the trial launched it, and whether a derived rule replaced
-    the searched one (2N-1 batched tokens with MTP and LMCache on)."""
-    launched = flags.get(name.replace("_", "-"), searched)
-    if launched != searched and not isinstance(launched, bool | dict | list):
-        return launched, True
-    return searched, False
-
-
-def params_text(params: dict[str, Any], flags: dict[str, Any] | None = None) -> str:
-    """``name=value`` pairs, floats short; with ``flags``, launched values marked ``*``."""
-    parts = []
-    for name, searched in params.items():
-        value, replaced = launched_value(name, searched, flags or {})
-        text = f"{value:g}" if isinstance(value, float) else str(value)
-        parts.append(f"{name}={text}{'*' if replaced else ''}")
-    return " ".join(parts)
 
 
 class PlainProgress:

@@ -42,11 +42,12 @@ from autotune.defaults import (
 from autotune.engines import kill_all_servers
 from autotune.errors import InputError
 from autotune.objective import METRIC_NAMES, ObjectiveName
-from autotune.progress import Tally, launched_value
+from autotune.progress import Tally
 from autotune.replay.load import LoadSpec
 from autotune.run_setup import RunOptions, prepare_study
 from autotune.study import StudySpec, completed_count, completed_trials, run_log_path, run_study
 from autotune.study_reader import LoadedStudy, TrialRow, load_study, study_names
+from autotune.trial_config import launched_value
 from autotune.tuner.kv_bounds import kv_bound_warning
 from autotune.tuner.session import TunerSettings
 from autotune.workers import gpu_groups, refuse_sqlite, run_workers
