@@ -17,11 +17,11 @@ import json
 import statistics
 from pathlib import Path
 
-from autotune.derive import capture_sizes
+from autotune.config.derive import capture_sizes
 from autotune.replay.load import LoadSpec
-from autotune.sim.config import SimConfig
-from autotune.sim.flags import parse_serve_args
-from autotune.sim.predict import catalog_acceptance, predict
+from autotune.sim.model.config import SimConfig
+from autotune.sim.server.flags import parse_serve_args
+from autotune.sim.virtual.predict import catalog_acceptance, predict
 from autotune.workload.expand import load_plan
 from autotune.workload.plan import WorkloadPlan
 

@@ -5,7 +5,7 @@ on the field notes' setup (Qwen3.6-27B AWQ on the RTX 4080 Super, 9 GiB fp8
 KV), runs a closed loop with a bare asyncio HTTP client (N clients, each
 sending its next request when the previous ends), and converts wall figures
 to modelled ones (throughput / scale, latency x scale). The baseline is the
-same closed loop predicted in-process by ``autotune.sim.sweep`` (no HTTP, no
+same closed loop predicted in-process by ``autotune.sim.virtual.sweep`` (no HTTP, no
 wall clock): ratio 1.00 means the server adds nothing.
 
 It also measures the raw streaming rate: SSE chunks per wall second through
@@ -31,7 +31,7 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from autotune.sim.sweep import baseline_config, closed_loop_sweep
+from autotune.sim.virtual.sweep import baseline_config, closed_loop_sweep
 
 REPO = Path(__file__).resolve().parents[1]
 HARDWARE, MODEL = "rtx4080s-32g", "qwen3.6-27b-awq"

@@ -58,19 +58,19 @@ import numpy as np
 import optuna
 from scipy.stats import binomtest
 
+from autotune.config.space import SEARCH_SPACES_DIR, SearchSpace
+from autotune.config.trial_config import TrialConfig
 from autotune.replay.load import LoadSpec
 from autotune.replay.load_policy import Progress
-from autotune.run_setup import RunOptions, prepare_study
-from autotune.sim.calibration import CalibrationProfile
-from autotune.sim.flags import parse_serve_args
-from autotune.sim.models import get_model
-from autotune.sim.predict import Prediction
-from autotune.sim.speed_constants import DEFAULT_CONSTANTS, SpeedConstants
-from autotune.sim.startup import startup_phases
-from autotune.space import SEARCH_SPACES_DIR, SearchSpace
+from autotune.sim.model.calibration_profile import CalibrationProfile
+from autotune.sim.model.models import get_model
+from autotune.sim.model.speed_constants import DEFAULT_CONSTANTS, SpeedConstants
+from autotune.sim.server.flags import parse_serve_args
+from autotune.sim.server.startup import startup_phases
+from autotune.sim.virtual.predict import Prediction
 from autotune.study import StudySpec, run_study
-from autotune.trial import TrialResult, derive_config
-from autotune.trial_config import TrialConfig
+from autotune.study.setup import RunOptions, prepare_study
+from autotune.trial.run import TrialResult, derive_config
 from autotune.tuner.guide import _ENUMERATIONS, make_encoder
 from autotune.tuner.kv_bounds import largest_kv_pool_bytes, shaped
 from autotune.tuner.lattice import Candidate, config_key, ladder

@@ -47,7 +47,7 @@ PARENT = textwrap.dedent(
         process._Watchdog.start = classmethod(lambda cls, sid: cls(None, None))
     if options["vllm"]:
         from autotune.engines import VllmEngine
-        from autotune.trial_config import TrialConfig
+        from autotune.config.trial_config import TrialConfig
         def server_pid():
             for entry in Path("/proc").iterdir():
                 if entry.name.isdigit():

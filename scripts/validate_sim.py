@@ -25,20 +25,20 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel
 
+from autotune.calibration.fit import calibrate, fit_constants, point_target, predicted
+from autotune.calibration.points import MeasuredPoint, load_points
 from autotune.replay.load import LoadSpec
 from autotune.replay.stats import compute_stats
-from autotune.sim.calibrate import calibrate, fit_constants, point_target, predicted
-from autotune.sim.calibration_points import MeasuredPoint, load_points
-from autotune.sim.config import SimConfig
-from autotune.sim.memory import plan_memory
-from autotune.sim.predict import predict
-from autotune.sim.prompt import PromptRenderer
-from autotune.sim.scheduler import MAX_RUN_STEPS, SimEngineCore, SimRequest
-from autotune.sim.speed_constants import DEFAULT_CONSTANTS
-from autotune.sim.step_results import DecodeRun, StepResult
-from autotune.sim.sweep import baseline_config, closed_loop_sweep
-from autotune.sim.units import GIB
-from autotune.sim.virtual_replay import VirtualReplay
+from autotune.sim.model.config import SimConfig
+from autotune.sim.model.memory import plan_memory
+from autotune.sim.model.prompt import PromptRenderer
+from autotune.sim.model.scheduler import MAX_RUN_STEPS, SimEngineCore, SimRequest
+from autotune.sim.model.speed_constants import DEFAULT_CONSTANTS
+from autotune.sim.model.step_results import DecodeRun, StepResult
+from autotune.sim.model.units import GIB
+from autotune.sim.virtual.predict import predict
+from autotune.sim.virtual.replay import VirtualReplay
+from autotune.sim.virtual.sweep import baseline_config, closed_loop_sweep
 from autotune.workload.expand import expand
 from autotune.workload.gen import ClaudeCodeParams, claudecode
 from autotune.workload.plan import PlannedRequest, WorkloadPlan

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from autotune.errors import ReplayError
-from autotune.metrics import (
+from autotune.replay.metrics import (
     explain_prefix_cache,
     gauge_lines,
     kv_cache_tokens,

@@ -5,8 +5,15 @@ from __future__ import annotations
 import pytest
 
 from autotune.errors import InputError
-from autotune.objective import Goal, ObjectiveName, parse_objectives, parse_slo, request_slo, score
 from autotune.replay.records import Percentiles, ReplayStats
+from autotune.trial.objective import (
+    Goal,
+    ObjectiveName,
+    parse_objectives,
+    parse_slo,
+    request_slo,
+    score,
+)
 from autotune.vocabulary import Failure, FailureClass
 
 

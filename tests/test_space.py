@@ -7,9 +7,9 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune.derive import capture_sizes
+from autotune.config.derive import capture_sizes
+from autotune.config.space import SEARCH_SPACES_DIR, default_space_path, load_space
 from autotune.errors import SpaceError
-from autotune.space import SEARCH_SPACES_DIR, default_space_path, load_space
 
 QWEN = SEARCH_SPACES_DIR / "qwen3.6-27b-awq.yaml"
 

@@ -1,4 +1,4 @@
-"""GPU groups, SQLite refused for several writers, the hardware check (autotune/workers.py)."""
+"""GPU groups, SQLite refused for several writers, the hardware check (study/workers.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 
 from autotune.engines.hardware import visible_gpu_indices
 from autotune.errors import InputError
+from autotune.study.workers import check_hardware, gpu_groups
 from autotune.vocabulary import HardwareFingerprint
-from autotune.workers import check_hardware, gpu_groups
 from tests.e2e.conftest import SAMPLE_WORKLOAD, autotune_argv
 
 

@@ -16,10 +16,10 @@ from typing import IO, Any
 from rich.console import Console
 from rich.table import Table
 
+from autotune.cli.progress import Best, FanOut, PlainProgress, RichProgress, Tally
 from autotune.errors import InputError
-from autotune.objective import METRIC_NAMES, ObjectiveName
-from autotune.progress import Best, FanOut, PlainProgress, RichProgress, Tally
-from autotune.study_reader import LoadedStudy, TrialRow
+from autotune.results.reader import LoadedStudy, TrialRow
+from autotune.trial.objective import METRIC_NAMES, ObjectiveName
 from autotune.tuner.record import TunerStudyRecord
 
 # Best vs baseline: a latency this much worse is called out, not left in the numbers.

@@ -10,8 +10,6 @@ from typing import Annotated
 import optuna
 import typer
 
-from autotune import compare as compare_mod
-from autotune import export as export_mod
 from autotune.cli._common import (
     StorageOption,
     StudyOption,
@@ -21,9 +19,11 @@ from autotune.cli._common import (
 )
 from autotune.defaults import DEFAULT_STORAGE_URL
 from autotune.errors import InputError
-from autotune.explain import explain as explain_study
-from autotune.sim.calibration import load_profile
-from autotune.study_reader import dashboard_argv, load_study
+from autotune.results import compare as compare_mod
+from autotune.results import export as export_mod
+from autotune.results.explain import explain as explain_study
+from autotune.results.reader import dashboard_argv, load_study
+from autotune.sim.model.calibration_profile import load_profile
 
 
 @handle_errors
@@ -88,7 +88,9 @@ def report(
     """Write a self-contained HTML report (plots inlined; opens with no network)."""
     _quiet_optuna()
     loaded = load_study(storage, study)
-    from autotune.report import render_report  # plotly and Optuna's plots: this command only
+    from autotune.results.report import (
+        render_report,  # plotly and Optuna's plots: this command only
+    )
 
     out.write_text(render_report(loaded))
     console().print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB) for study {loaded.name!r}")

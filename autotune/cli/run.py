@@ -29,7 +29,8 @@ from autotune.cli._run_output import (
     summary_lines,
     trials_table,
 )
-from autotune.compare import study_plan
+from autotune.cli.progress import Tally
+from autotune.config.trial_config import launched_value
 from autotune.defaults import (
     DEFAULT_HEARTBEAT_S,
     DEFAULT_PRUNE,
@@ -41,16 +42,15 @@ from autotune.defaults import (
 )
 from autotune.engines import kill_all_servers
 from autotune.errors import InputError
-from autotune.objective import METRIC_NAMES, ObjectiveName
-from autotune.progress import Tally
 from autotune.replay.load import LoadSpec
-from autotune.run_setup import RunOptions, prepare_study
+from autotune.results.compare import study_plan
+from autotune.results.reader import LoadedStudy, TrialRow, load_study, study_names
 from autotune.study import StudySpec, completed_count, completed_trials, run_log_path, run_study
-from autotune.study_reader import LoadedStudy, TrialRow, load_study, study_names
-from autotune.trial_config import launched_value
+from autotune.study.setup import RunOptions, prepare_study
+from autotune.study.workers import gpu_groups, refuse_sqlite, run_workers
+from autotune.trial.objective import METRIC_NAMES, ObjectiveName
 from autotune.tuner.kv_bounds import kv_bound_warning
 from autotune.tuner.session import TunerSettings
-from autotune.workers import gpu_groups, refuse_sqlite, run_workers
 from autotune.workload.stats import IdealPrefixHits
 
 WIDE_SHOW_COLUMNS = 160  # below this width `show` lists parameters under the table

@@ -13,13 +13,13 @@ from rich.table import Table
 from autotune.cli._common import console, handle_errors
 from autotune.cli.sim_calibrate import calibrate_command
 from autotune.errors import InputError
-from autotune.sim.calibration import load_profile
-from autotune.sim.config import SimConfig
-from autotune.sim.hardware import gpu_names
-from autotune.sim.memory import MemoryReport, plan_memory
-from autotune.sim.models import model_names
-from autotune.sim.sweep import SweepRow, baseline_config, closed_loop_sweep
-from autotune.sim.units import GIB, parse_human_int
+from autotune.sim.model.calibration_profile import load_profile
+from autotune.sim.model.config import SimConfig
+from autotune.sim.model.hardware import gpu_names
+from autotune.sim.model.memory import MemoryReport, plan_memory
+from autotune.sim.model.models import model_names
+from autotune.sim.model.units import GIB, parse_human_int
+from autotune.sim.virtual.sweep import SweepRow, baseline_config, closed_loop_sweep
 
 app = typer.Typer(no_args_is_help=True, help="The built-in vLLM simulator.")
 
@@ -260,6 +260,6 @@ def catalog_command() -> None:
 )
 def serve_command(ctx: typer.Context) -> None:
     """Run the simulated vLLM server: `autotune sim serve MODEL --hardware GPU` + vLLM flags."""
-    from autotune.sim import server  # the ASGI stack: this command only
+    from autotune.sim.server import server  # the ASGI stack: this command only
 
     sys.exit(server.main(list(ctx.args)))

@@ -8,19 +8,19 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
+from autotune.calibration.points import load_points
 from autotune.cli._common import StorageOption, console, handle_errors
-from autotune.compare import catalog_gpu
 from autotune.defaults import DEFAULT_STORAGE_URL
 from autotune.errors import InputError
-from autotune.sim.calibration import CalibrationProfile, save_profile
-from autotune.sim.calibration_points import load_points
-from autotune.sim.hardware import get_gpu
-from autotune.sim.models import get_model
-from autotune.sim.speed_constants import DEFAULT_CONSTANTS
-from autotune.study_reader import load_study
+from autotune.results.compare import catalog_gpu
+from autotune.results.reader import load_study
+from autotune.sim.model.calibration_profile import CalibrationProfile, save_profile
+from autotune.sim.model.hardware import get_gpu
+from autotune.sim.model.models import get_model
+from autotune.sim.model.speed_constants import DEFAULT_CONSTANTS
 
 if TYPE_CHECKING:
-    from autotune.sim.calibrate import Target
+    from autotune.calibration.fit import Target
 
 
 @handle_errors
@@ -51,8 +51,8 @@ def calibrate_command(
 ) -> None:
     """Fit bandwidth/compute efficiency, overheads, draft cost and MTP acceptance to runs."""
     # scipy.optimize takes 0.4 s to import: this command only, not every autotune start.
-    from autotune.calibration_study import study_targets
-    from autotune.sim.calibrate import calibrate, point_target
+    from autotune.calibration.fit import calibrate, point_target
+    from autotune.calibration.from_study import study_targets
 
     if (points is None) == (from_study is None):
         raise InputError("give exactly one of --points FILE and --from-study NAME")

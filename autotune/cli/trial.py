@@ -19,14 +19,14 @@ from autotune.cli._common import (
     handle_errors,
     parse_duration,
 )
+from autotune.config.space import SearchSpace
 from autotune.defaults import DEFAULT_RUNS_DIR, DEFAULT_TIME_SCALE
 from autotune.errors import InputError
-from autotune.objective import Score
 from autotune.replay.load import LoadSpec
-from autotune.run_setup import RunOptions, prepare_study
-from autotune.space import SearchSpace
 from autotune.study import run_configured_trial, score_result
-from autotune.trial import TrialResult, derive_config
+from autotune.study.setup import RunOptions, prepare_study
+from autotune.trial.objective import Score
+from autotune.trial.run import TrialResult, derive_config
 
 
 def register(app: typer.Typer) -> None:

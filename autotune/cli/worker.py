@@ -13,9 +13,9 @@ from autotune.cli._run_output import RunOutput
 from autotune.cli.run import run_with_output
 from autotune.defaults import DEFAULT_STORAGE_URL
 from autotune.errors import InputError
-from autotune.run_setup import RunOptions, prepare_study
 from autotune.study import open_storage, run_log_path
-from autotune.workers import check_hardware, refuse_sqlite
+from autotune.study.setup import RunOptions, prepare_study
+from autotune.study.workers import check_hardware, refuse_sqlite
 
 
 def register(app: typer.Typer) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
-from autotune.trial_config import TrialConfig
+from autotune.config.trial_config import TrialConfig
 from autotune.vocabulary import Failure, HardwareFingerprint, StartupReport
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 
+from autotune.config.trial_config import TrialConfig
 from autotune.engines.base import PhaseCallback, Server
 from autotune.engines.process import ServerProcess, free_port
 from autotune.engines.vllm_log import (
@@ -26,8 +27,7 @@ from autotune.engines.vllm_log import (
     parse_startup_log,
 )
 from autotune.errors import ReplayError, ServerStartFailed
-from autotune.metrics import parse_metrics
-from autotune.trial_config import TrialConfig
+from autotune.replay.metrics import parse_metrics
 from autotune.vocabulary import Failure, FailureClass, StartupReport
 
 POLL_S = 0.25

@@ -16,8 +16,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict
 
+from autotune.config.trial_config import FlagValue
 from autotune.errors import EngineError
-from autotune.trial_config import FlagValue
 
 KV_DTYPE_FLAG = "kv-cache-dtype"
 

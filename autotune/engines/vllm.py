@@ -10,12 +10,12 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+from autotune.config.trial_config import TrialConfig
 from autotune.engines.base import BaseEngine, PhaseCallback, Server
 from autotune.engines.hardware import detect_hardware, gpu_memory_used_bytes, wait_for_gpu_memory
 from autotune.engines.launcher import api_key_of, launch_process_server
 from autotune.engines.versions import gate_flags
 from autotune.errors import EngineError
-from autotune.trial_config import TrialConfig
 from autotune.vocabulary import HardwareFingerprint
 
 # Quiet and private by default; the user's env and the trial's env win.

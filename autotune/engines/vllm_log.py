@@ -15,7 +15,7 @@ from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
-from autotune.sim.units import GIB
+from autotune.sim.model.units import GIB
 from autotune.vocabulary import Failure, FailureClass, StartupReport
 
 Phase = Literal["startup", "serving"]

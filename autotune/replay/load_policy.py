@@ -1,7 +1,7 @@
 """The load policy: which request is sent next and when, in modelled time.
 
 One policy serves both replays: the asyncio HTTP driver (``http_driver.py``)
-and the virtual-time driver (``autotune/sim/virtual_replay.py``). It decides;
+and the virtual-time driver (``autotune/sim/virtual/replay.py``). It decides;
 the drivers own the clocks, the sockets and the scheduler. It is clock-free:
 every call says the modelled time (seconds since the replay began) it is made
 at. A driver's loop:

@@ -35,11 +35,11 @@ from pydantic import BaseModel
 
 from autotune.errors import ReplayError
 from autotune.http_transport import AiohttpTransport
-from autotune.metrics import gauge_lines, parse_metrics, scrape, server_stats_between
 from autotune.replay.client import fetch_model_name
 from autotune.replay.http_driver import HttpDriver
 from autotune.replay.load import LoadSpec, ReplayObserver, RequestSlo
 from autotune.replay.load_policy import Progress
+from autotune.replay.metrics import gauge_lines, parse_metrics, scrape, server_stats_between
 from autotune.replay.records import ReplayStats, RequestRecord
 from autotune.replay.stats import compute_stats
 from autotune.replay.token_check import check_prompt_tokens, measure_plan_overheads

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from pydantic import BaseModel, ConfigDict
 
 from autotune.errors import InputError
-from autotune.metrics import NEAR_ZERO_HIT_RATE, explain_prefix_cache
 from autotune.replay.load import LoadSpec, ReplayObserver, RequestSlo
+from autotune.replay.metrics import NEAR_ZERO_HIT_RATE, explain_prefix_cache
 from autotune.replay.runner import ReplayResult, replay
 from autotune.workload.plan import WorkloadPlan
 from autotune.workload.stats import IdealPrefixHits

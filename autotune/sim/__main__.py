@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from autotune.sim.server import main
+from autotune.sim.server.server import main
 
 USAGE = "usage: python -m autotune.sim serve MODEL [vllm serve flags] --hardware NAME"
 

@@ -10,10 +10,10 @@ from typing import Any
 import optuna
 
 from autotune import __version__
+from autotune.config.space import SearchSpace
 from autotune.errors import InputError, StudyMismatchError
-from autotune.pruning import BelowBestPruner
-from autotune.space import SearchSpace
 from autotune.study.spec import StudySpec, prunes
+from autotune.trial.pruning import BelowBestPruner
 from autotune.tuner.session import Tuner
 
 IDENTITY_ATTRS = ("space_digest", "workload_digest", "objectives", "engine", "model")

@@ -18,7 +18,7 @@ from autotune.study.storage import (
     open_storage,
     storage_write_errors,
 )
-from autotune.trial_record import TrialRecord, outcome_text
+from autotune.trial.record import TrialRecord, outcome_text
 from autotune.tuner.reach import out_of_reach
 from autotune.tuner.session import Tuner
 

@@ -15,15 +15,15 @@ import optuna
 from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 from optuna.trial import TrialState
 
-from autotune.objective import Goal, Score, request_slo, score
-from autotune.pruning import PruneJudge
+from autotune.config.trial_config import TrialConfig
 from autotune.replay.load_policy import Progress
 from autotune.replay.stats import records_frame
 from autotune.study.between_trials import BetweenTrials
 from autotune.study.spec import StudyObserver, StudySpec, prunes, slug
-from autotune.trial import TrialResult, derive_config, run_trial
-from autotune.trial_config import TrialConfig
-from autotune.trial_record import TrialRecord
+from autotune.trial.objective import Goal, Score, request_slo, score
+from autotune.trial.pruning import PruneJudge
+from autotune.trial.record import TrialRecord
+from autotune.trial.run import TrialResult, derive_config, run_trial
 from autotune.tuner.lattice import config_key
 from autotune.tuner.session import Tuner
 from autotune.vocabulary import Outcome

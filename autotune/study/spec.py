@@ -10,6 +10,8 @@ from typing import Any, Protocol
 import optuna
 from optuna.trial import FrozenTrial
 
+from autotune.config.space import SearchSpace
+from autotune.config.trial_config import TrialConfig
 from autotune.defaults import (
     DEFAULT_ARTIFACTS_DIR,
     DEFAULT_HEARTBEAT_S,
@@ -19,14 +21,12 @@ from autotune.defaults import (
     DEFAULT_TRIALS,
 )
 from autotune.engines.base import BaseEngine
-from autotune.objective import Goal, ObjectiveName
 from autotune.replay.load import LoadSpec
 from autotune.replay.load_policy import Progress
 from autotune.replay.records import RequestRecord
-from autotune.sim.calibration import CalibrationProfile
-from autotune.space import SearchSpace
-from autotune.trial import Prescreen, TrialResult
-from autotune.trial_config import TrialConfig
+from autotune.sim.model.calibration_profile import CalibrationProfile
+from autotune.trial.objective import Goal, ObjectiveName
+from autotune.trial.run import Prescreen, TrialResult
 from autotune.tuner.guide import PredictionCache
 from autotune.tuner.predictor import SimOracle
 from autotune.tuner.session import TunerSettings

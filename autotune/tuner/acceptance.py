@@ -23,9 +23,9 @@ import time
 from collections.abc import Iterator, MutableMapping, Sequence
 from dataclasses import dataclass, replace
 
-from autotune.objective import Score
-from autotune.sim.calibration import CalibrationProfile
-from autotune.sim.predict import catalog_acceptance
+from autotune.sim.model.calibration_profile import CalibrationProfile
+from autotune.sim.virtual.predict import catalog_acceptance
+from autotune.trial.objective import Score
 from autotune.tuner.guide import Guide, PredictionCache
 from autotune.tuner.lattice import Candidate
 from autotune.tuner.predictor import SimOracle, predict_all
@@ -34,7 +34,7 @@ from autotune.vocabulary import ServerStats
 # Re-predict when the mean accepted length moved by more than this: well above what one
 # trial's thousands of drafts leave uncertain. It was 10% while the simulator drew every
 # request's acceptance from one shared stream (a 0.1% change moved an MTP prediction by up
-# to 3.5%); with common random numbers (sim/scheduler.py) a 3% move re-ranks the space
+# to 3.5%); with common random numbers (sim/model/scheduler.py) a 3% move re-ranks the space
 # without reshuffling it (docs/benchmarks.md: README truthful 18/20 within 1%, 15/20 at 10%).
 THRESHOLD = 0.03
 ROUND = 0.005  # estimated rates are rounded to this (equal estimates: one cache key)

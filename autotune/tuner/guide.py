@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 import optuna
 
-from autotune.objective import Score
-from autotune.space import SearchSpace
-from autotune.trial import Prescreen
+from autotune.config.space import SearchSpace
+from autotune.trial.objective import Score
+from autotune.trial.run import Prescreen
 from autotune.tuner.lattice import Candidate, enumerate_effective
 from autotune.tuner.predictor import SimOracle, predict_iter
 

@@ -6,8 +6,8 @@ that ignores most of the memory. The run says so before the first trial.
 
 from __future__ import annotations
 
-from autotune.space import GIB, FloatParam, SearchSpace
-from autotune.trial import Prescreen, derive_config
+from autotune.config.space import GIB, FloatParam, SearchSpace
+from autotune.trial.run import Prescreen, derive_config
 
 KV_FLAG = "kv-cache-memory-bytes"
 LOW_SHARE = 0.6  # a bound under this share of the largest pool that starts is worth a word

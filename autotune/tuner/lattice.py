@@ -19,9 +19,9 @@ from typing import Any
 
 import optuna
 
-from autotune.space import SearchSpace
-from autotune.trial import MemoryEstimate, Prescreen, derive_config
-from autotune.trial_config import TrialConfig
+from autotune.config.space import SearchSpace
+from autotune.config.trial_config import TrialConfig
+from autotune.trial.run import MemoryEstimate, Prescreen, derive_config
 
 MAX_LINEAR_POINTS = 8  # a linear range gets at most this many values
 LOG_POINTS = 9  # a log-scaled float range gets this many values

@@ -17,16 +17,16 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
+from autotune.config.trial_config import TrialConfig
 from autotune.engines.process import child_preexec, interrupt_after_forks
 from autotune.errors import InputError
-from autotune.objective import Goal, Score, request_slo, score
-from autotune.prescreen import memory_margin
 from autotune.replay.load import LoadSpec
-from autotune.sim.calibration import CalibrationProfile
-from autotune.sim.config import SimConfig
-from autotune.sim.flags import parse_serve_args
-from autotune.sim.predict import Prediction, predict
-from autotune.trial_config import TrialConfig
+from autotune.sim.model.calibration_profile import CalibrationProfile
+from autotune.sim.model.config import SimConfig
+from autotune.sim.server.flags import parse_serve_args
+from autotune.sim.virtual.predict import Prediction, predict
+from autotune.trial.objective import Goal, Score, request_slo, score
+from autotune.trial.prescreen import memory_margin
 from autotune.workload.plan import WorkloadPlan
 
 PARALLEL_ABOVE = 64  # fewer configs than this are predicted in this process

@@ -4,8 +4,8 @@ on a 32 GB card), naming the limit, the nearest prediction and its config."""
 
 from __future__ import annotations
 
-from autotune.objective import Goal, Score
-from autotune.trial_config import params_text
+from autotune.config.trial_config import params_text
+from autotune.trial.objective import Goal, Score
 from autotune.tuner.guide import Guide
 
 METRIC_WORDS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "end-to-end latency"}

@@ -2,7 +2,7 @@
 
 ``TunerStudyRecord.write`` is the one writer and ``TunerStudyRecord.read`` the one
 reader of these study user attrs (the trial attrs ``warm_start``, ``confirms`` and
-``duplicate_of`` are fields of ``autotune.trial_record.TrialRecord``).
+``duplicate_of`` are fields of ``autotune.trial.record.TrialRecord``).
 """
 
 from __future__ import annotations

@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 import optuna
 
-from autotune.space import SearchSpace
-from autotune.trial import Prescreen, derive_config
+from autotune.config.space import SearchSpace
+from autotune.trial.run import Prescreen, derive_config
 from autotune.tuner.guide import (
     SAME_PREDICTION,
     Guide,

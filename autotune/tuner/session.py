@@ -26,10 +26,10 @@ import numpy as np
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.config.space import SearchSpace
 from autotune.defaults import DEFAULT_PRUNE
-from autotune.space import SearchSpace
-from autotune.trial import Prescreen
-from autotune.trial_record import TrialRecord
+from autotune.trial.record import TrialRecord
+from autotune.trial.run import Prescreen
 from autotune.tuner.acceptance import Recalibration
 from autotune.tuner.confirm import (
     NEIGHBOUR_SD,

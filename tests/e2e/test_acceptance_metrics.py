@@ -15,9 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from autotune.metrics import server_stats_between
-from autotune.sim.calibration import CalibrationProfile, save_profile
-from autotune.sim.speed_constants import DEFAULT_CONSTANTS
+from autotune.replay.metrics import server_stats_between
+from autotune.sim.model.calibration_profile import CalibrationProfile, save_profile
+from autotune.sim.model.speed_constants import DEFAULT_CONSTANTS
 from tests.replay.conftest import free_port, wait_ready
 
 pytestmark = pytest.mark.timeout(120)

@@ -3,7 +3,7 @@
 A fault schedule (one line of ``--fault-*`` flags per server launch) faults the
 study trial by trial. For each fault: the expected outcome class is stored, the
 study goes on to its budget, the stored study reads back consistent through
-Optuna and through ``study_reader``, and no process is left behind.
+Optuna and through ``results.reader``, and no process is left behind.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from autotune.sim.faults import FAULT_SCHEDULE_ENV
-from autotune.study_reader import load_study
+from autotune.results.reader import load_study
+from autotune.sim.server.faults import FAULT_SCHEDULE_ENV
 from tests.e2e.conftest import (
     REPO,
     SAMPLE_WORKLOAD,
@@ -68,7 +68,7 @@ def run_with_faults(tmp_path: Path, schedule: list[str], *extra: str) -> subproc
 
 
 def assert_consistent(tmp_path: Path, trials: int) -> list[str]:
-    """The study as Optuna and study_reader see it; the outcomes in trial order."""
+    """The study as Optuna and results.reader see it; the outcomes in trial order."""
     url = f"sqlite:///{tmp_path / 'autotune.db'}"
     study = optuna.load_study(study_name="faults", storage=url)
     states = [t.state for t in study.trials]

@@ -15,9 +15,9 @@ import pytest
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.replay.load import LoadSpec
-from autotune.run_setup import RunOptions, prepare_study
 from autotune.study import run_study
-from autotune.trial_record import TrialRecord
+from autotune.study.setup import RunOptions, prepare_study
+from autotune.trial.record import TrialRecord
 from autotune.tuner.session import TunerSettings
 from autotune.vocabulary import Outcome
 from tests.e2e.conftest import SAMPLE_WORKLOAD

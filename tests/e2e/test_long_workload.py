@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from autotune.config.space import default_space_path, load_space
 from autotune.replay.load import LoadSpec
-from autotune.run_setup import RunOptions, prepare_study
-from autotune.space import default_space_path, load_space
-from autotune.trial_length import DEFAULT_REPLAY_BUDGET_S, size_replay
+from autotune.study.setup import RunOptions, prepare_study
+from autotune.study.trial_length import DEFAULT_REPLAY_BUDGET_S, size_replay
 from autotune.workload import load_plan
 from tests.e2e.conftest import SAMPLE_WORKLOAD, SIM_MODEL, autotune_argv, output, wait_for
 

@@ -27,7 +27,7 @@ import yaml
 from typer.testing import CliRunner
 
 from autotune.cli import app
-from autotune.trial_record import TrialRecord
+from autotune.trial.record import TrialRecord
 from tests.results.conftest import build_study
 
 REPO = Path(__file__).resolve().parents[2]

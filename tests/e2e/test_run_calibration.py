@@ -9,13 +9,13 @@ from pathlib import Path
 import optuna
 import pytest
 
+from autotune.config.trial_config import TrialConfig
 from autotune.replay.load import LoadSpec
-from autotune.run_setup import RunOptions, prepare_study
-from autotune.sim.calibration import CalibrationProfile, load_profile, save_profile
-from autotune.sim.speed_constants import SpeedConstants
-from autotune.study_reader import load_study
-from autotune.trial_config import TrialConfig
-from autotune.trial_record import TrialRecord
+from autotune.results.reader import load_study
+from autotune.sim.model.calibration_profile import CalibrationProfile, load_profile, save_profile
+from autotune.sim.model.speed_constants import SpeedConstants
+from autotune.study.setup import RunOptions, prepare_study
+from autotune.trial.record import TrialRecord
 from tests.e2e.conftest import SAMPLE_WORKLOAD, autotune_argv, autotune_in_process
 
 FITS_SPACE = Path(__file__).with_name("data") / "fits.yaml"

@@ -10,7 +10,7 @@ import optuna
 import pytest
 import yaml
 
-from autotune.sim.calibration_points import save_points
+from autotune.calibration.points import save_points
 from tests.e2e.conftest import SAMPLE_WORKLOAD, autotune_argv
 from tests.sim.test_calibrate import HARDWARE, MODEL, TRUTH, measured
 

@@ -10,9 +10,9 @@ import sys
 import httpx
 import pytest
 
+from autotune.config.trial_config import TrialConfig
 from autotune.engines import SimEngine, make_engine
 from autotune.errors import InputError
-from autotune.trial_config import TrialConfig
 from autotune.vocabulary import FailureClass
 from tests.engines.contract import EngineContract, RunningServer, launch_failure
 

@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from autotune.engines.vllm_log import classify_failure, parse_startup_log
-from autotune.sim.prompt import render_prompt_token_ids
+from autotune.sim.model.prompt import render_prompt_token_ids
 from autotune.vocabulary import FailureClass
 from autotune.workload.plan import Message
 from autotune.workload.synth import word_vocabulary

@@ -17,8 +17,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from autotune.study_reader import load_study
-from autotune.trial_record import TrialRecord
+from autotune.results.reader import load_study
+from autotune.trial.record import TrialRecord
 from tests.e2e.conftest import REPO, SAMPLE_WORKLOAD, autotune_argv, processes_in
 
 FITS_SPACE = REPO / "tests" / "e2e" / "data" / "fits.yaml"

@@ -11,7 +11,7 @@ import optuna
 import pytest
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.trial_record import TrialRecord
+from autotune.trial.record import TrialRecord
 from tests.e2e.conftest import (
     REPO,
     SAMPLE_WORKLOAD,

@@ -17,7 +17,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from autotune.trial_record import TrialRecord
+from autotune.trial.record import TrialRecord
 from autotune.tuner.record import TunerStudyRecord
 from tests.e2e.conftest import (
     REPO,

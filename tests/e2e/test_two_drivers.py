@@ -20,8 +20,8 @@ from autotune.replay.load import LoadSpec
 from autotune.replay.load_policy import Progress
 from autotune.replay.records import ReplayStats, RequestRecord
 from autotune.replay.runner import replay
-from autotune.sim.flags import parse_serve_args
-from autotune.sim.predict import predict
+from autotune.sim.server.flags import parse_serve_args
+from autotune.sim.virtual.predict import predict
 from autotune.workload.expand import expand
 from autotune.workload.gen import ChatParams, ClaudeCodeParams, chat, claudecode, fixed
 from autotune.workload.plan import WorkloadPlan

@@ -16,9 +16,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from autotune.config.trial_config import TrialConfig
 from autotune.engines.base import BaseEngine, Server
 from autotune.errors import ServerStartFailed
-from autotune.trial_config import TrialConfig
 from autotune.vocabulary import FailureClass
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from autotune.config.trial_config import TrialConfig
 from autotune.engines import VllmEngine, make_engine
 from autotune.errors import EngineError
-from autotune.trial_config import TrialConfig
 
 
 @pytest.fixture

@@ -16,9 +16,9 @@ import optuna
 import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
+from autotune.config.trial_config import TrialConfig
 from autotune.replay.records import Percentiles, ReplayStats
-from autotune.trial_config import TrialConfig
-from autotune.trial_record import TrialRecord
+from autotune.trial.record import TrialRecord
 from autotune.vocabulary import (
     Failure,
     FailureClass,

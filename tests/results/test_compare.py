@@ -6,15 +6,15 @@ import optuna
 import pytest
 from rich.console import Console
 
-from autotune.compare import (
+from autotune.errors import InputError
+from autotune.results.compare import (
     compare_rows,
     comparison_table,
     parse_prices,
     price_for,
     what_if_rows,
 )
-from autotune.errors import InputError
-from autotune.study_reader import load_study
+from autotune.results.reader import load_study
 
 from .conftest import Point, build_study, on_the_catalog_gpu
 

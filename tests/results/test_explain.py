@@ -4,7 +4,8 @@ import re
 
 import optuna
 
-from autotune.explain import (
+from autotune.config.trial_config import TrialConfig
+from autotune.results.explain import (
     explain,
     format_flag_value,
     measured_study,
@@ -12,9 +13,8 @@ from autotune.explain import (
     param_importances,
     prefix_cache_sentences,
 )
-from autotune.study_reader import TrialRow, load_study
-from autotune.trial_config import TrialConfig
-from autotune.trial_record import TrialRecord
+from autotune.results.reader import TrialRow, load_study
+from autotune.trial.record import TrialRecord
 from autotune.vocabulary import FailureClass, Outcome, ServerStats
 
 from .conftest import GIB, MODEL, Point, build_study

@@ -10,10 +10,10 @@ import yaml
 from typer.testing import CliRunner
 
 from autotune.cli.results import register
+from autotune.config.trial_config import TrialConfig
 from autotune.errors import InputError
-from autotune.export import config_yaml, render, select_trial, shell_command
-from autotune.study_reader import load_study
-from autotune.trial_config import TrialConfig
+from autotune.results.export import config_yaml, render, select_trial, shell_command
+from autotune.results.reader import load_study
 
 runner = CliRunner()
 app = typer.Typer()  # only our commands: the test does not depend on the rest of the CLI

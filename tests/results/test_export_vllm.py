@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune.export import render
-from autotune.study_reader import load_study
+from autotune.results.export import render
+from autotune.results.reader import load_study
 
 VLLM_VENV = Path(os.environ.get("AUTOTUNE_VLLM_VENV", "~/.cache/autotune/vllm-cpu-venv"))
 VLLM_PYTHON = VLLM_VENV.expanduser() / "bin" / "python"

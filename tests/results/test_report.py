@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import re
 
-from autotune.report import (
+from autotune.results.reader import load_study
+from autotune.results.report import (
     SWEEP_CONCURRENCY,
     concurrency_figure,
     log_ticks,
@@ -12,7 +13,6 @@ from autotune.report import (
     report_figures,
     space_axes,
 )
-from autotune.study_reader import load_study
 
 from .conftest import Point, build_study, on_the_catalog_gpu
 

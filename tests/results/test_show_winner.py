@@ -11,11 +11,11 @@ from typer.testing import CliRunner
 
 from autotune.cli import app
 from autotune.cli._run_output import best_so_far, resume_line, summary_lines
-from autotune.compare import compare_rows
-from autotune.explain import headline_sentences
-from autotune.export import render
-from autotune.progress import PlainProgress, Tally
-from autotune.study_reader import load_study
+from autotune.cli.progress import PlainProgress, Tally
+from autotune.results.compare import compare_rows
+from autotune.results.explain import headline_sentences
+from autotune.results.export import render
+from autotune.results.reader import load_study
 from autotune.tuner.record import TunerStudyRecord, Winner
 from tests.results.conftest import build_study
 

@@ -6,7 +6,7 @@ import optuna
 import pytest
 
 from autotune.errors import InputError, StorageError
-from autotune.study_reader import dashboard_argv, load_study, resolve_study_name
+from autotune.results.reader import dashboard_argv, load_study, resolve_study_name
 
 from .conftest import build_study
 

@@ -10,8 +10,8 @@ import pytest
 from optuna.distributions import json_to_distribution
 
 from autotune.errors import InputError
-from autotune.study_reader import load_study
-from autotune.trial_record import TrialRecord, attrs_table
+from autotune.results.reader import load_study
+from autotune.trial.record import TrialRecord, attrs_table
 from autotune.vocabulary import FailureClass, Outcome
 
 DATA = Path(__file__).parent / "data"

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from autotune.replay.load import LoadSpec
-from autotune.sim.calibration import CalibrationProfile
-from autotune.sim.predict import predict, workload_kind
-from autotune.sim.speed_constants import SpeedConstants
-from autotune.sim.sweep import baseline_config
+from autotune.sim.model.calibration_profile import CalibrationProfile
+from autotune.sim.model.speed_constants import SpeedConstants
+from autotune.sim.virtual.predict import predict, workload_kind
+from autotune.sim.virtual.sweep import baseline_config
 from autotune.workload.expand import expand
 from autotune.workload.gen import ChatParams, ClaudeCodeParams, chat, claudecode, fixed
 

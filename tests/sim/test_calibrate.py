@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from autotune.calibration.fit import calibrate, fit_constants, point_target, predicted
+from autotune.calibration.points import MeasuredPoint, load_points
 from autotune.errors import InputError
-from autotune.sim.calibrate import calibrate, fit_constants, point_target, predicted
-from autotune.sim.calibration_points import MeasuredPoint, load_points
-from autotune.sim.speed_constants import BOUNDS, DEFAULT_CONSTANTS, SpeedConstants
+from autotune.sim.model.speed_constants import BOUNDS, DEFAULT_CONSTANTS, SpeedConstants
 
 HARDWARE, MODEL = "rtx4080s-32g", "qwen3.6-27b-awq"
 TRUTH = SpeedConstants(bandwidth_efficiency=0.7, mtp_acceptance=(0.9, 0.75, 0.6))

@@ -8,11 +8,11 @@ import pytest
 
 from autotune.errors import InputError
 from autotune.replay.load import LoadSpec
-from autotune.sim.calibration import CalibrationProfile, load_profile, save_profile
-from autotune.sim.flags import parse_serve_args
-from autotune.sim.predict import predict
-from autotune.sim.speed_constants import SpeedConstants
-from autotune.sim.sweep import baseline_config
+from autotune.sim.model.calibration_profile import CalibrationProfile, load_profile, save_profile
+from autotune.sim.model.speed_constants import SpeedConstants
+from autotune.sim.server.flags import parse_serve_args
+from autotune.sim.virtual.predict import predict
+from autotune.sim.virtual.sweep import baseline_config
 from autotune.workload.expand import expand
 from autotune.workload.gen import fixed
 

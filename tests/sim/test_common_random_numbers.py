@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from autotune.replay.load import LoadSpec
-from autotune.sim.flags import parse_serve_args
-from autotune.sim.predict import catalog_acceptance, predict
-from autotune.sim.scheduler import SimEngineCore, SimRequest
+from autotune.sim.model.scheduler import SimEngineCore, SimRequest
+from autotune.sim.server.flags import parse_serve_args
+from autotune.sim.virtual.predict import catalog_acceptance, predict
 from autotune.workload.expand import load_plan
 from tests.sim.test_scheduler import prompt, qwen, run
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.sim.flags import MAMBA_CACHE_MODE_DEPRECATION, parse_serve_args
+from autotune.sim.server.flags import MAMBA_CACHE_MODE_DEPRECATION, parse_serve_args
 
 BASE = ["qwen3.6-27b-awq", "--hardware", "rtx4080s-32g"]
 

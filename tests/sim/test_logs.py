@@ -10,13 +10,13 @@ import pytest
 
 from autotune.engines.vllm_log import classify_failure, parse_engine_stats, parse_startup_log
 from autotune.errors import InputError
-from autotune.sim import logs
-from autotune.sim.flags import parse_serve_args
-from autotune.sim.hardware import get_gpu
-from autotune.sim.logs import VllmLog
-from autotune.sim.memory import plan_memory
-from autotune.sim.models import get_model
-from autotune.sim.startup import StartupSequence
+from autotune.sim.model.hardware import get_gpu
+from autotune.sim.model.memory import plan_memory
+from autotune.sim.model.models import get_model
+from autotune.sim.server import logs
+from autotune.sim.server.flags import parse_serve_args
+from autotune.sim.server.logs import VllmLog
+from autotune.sim.server.startup import StartupSequence
 from autotune.vocabulary import FailureClass
 
 PREFIX = re.compile(

@@ -6,8 +6,8 @@ import pytest
 
 from autotune.errors import InputError
 from autotune.replay.payloads import render_prompt
-from autotune.sim.prompt import TOKENS_PER_MESSAGE, PromptRenderer, render_prompt_token_ids
-from autotune.sim.units import parse_human_int
+from autotune.sim.model.prompt import TOKENS_PER_MESSAGE, PromptRenderer, render_prompt_token_ids
+from autotune.sim.model.units import parse_human_int
 from autotune.workload.plan import Message
 from autotune.workload.tokenizer import WordTokenizer
 

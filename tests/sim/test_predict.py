@@ -8,11 +8,11 @@ from __future__ import annotations
 import pytest
 
 from autotune.replay.load import LoadSpec, RequestSlo
-from autotune.sim.config import SimConfig
-from autotune.sim.predict import predict
-from autotune.sim.prompt import render_prompt_token_ids
-from autotune.sim.sweep import baseline_config, closed_loop_sweep
-from autotune.sim.units import GIB
+from autotune.sim.model.config import SimConfig
+from autotune.sim.model.prompt import render_prompt_token_ids
+from autotune.sim.model.units import GIB
+from autotune.sim.virtual.predict import predict
+from autotune.sim.virtual.sweep import baseline_config, closed_loop_sweep
 from autotune.vocabulary import FailureClass
 from autotune.workload.expand import expand
 from autotune.workload.gen import ChatParams, ClaudeCodeParams, chat, claudecode, fixed

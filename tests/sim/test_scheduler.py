@@ -5,10 +5,15 @@ from __future__ import annotations
 import pytest
 
 from autotune.errors import InputError
-from autotune.sim.config import SimConfig
-from autotune.sim.prefix_cache import PrefixCache
-from autotune.sim.scheduler import CACHE_UNIT_MIN_TOKENS, SimEngineCore, SimRequest, StepResult
-from autotune.sim.units import GIB
+from autotune.sim.model.config import SimConfig
+from autotune.sim.model.prefix_cache import PrefixCache
+from autotune.sim.model.scheduler import (
+    CACHE_UNIT_MIN_TOKENS,
+    SimEngineCore,
+    SimRequest,
+    StepResult,
+)
+from autotune.sim.model.units import GIB
 
 
 def qwen(**overrides: object) -> SimConfig:
@@ -276,10 +281,10 @@ def test_decode_runs_equal_step_by_step(mtp: int) -> None:
 def test_a_prefill_chunk_computes_logits_only_where_it_samples() -> None:
     """vLLM runs the lm_head at logits_indices: a bigger vocabulary costs a mid-prompt chunk
     nothing, and costs every verify token of a decode step."""
-    from autotune.sim.hardware import get_gpu
-    from autotune.sim.memory import plan_memory
-    from autotune.sim.models import get_model
-    from autotune.sim.timing import RooflineTimeModel, StepShape
+    from autotune.sim.model.hardware import get_gpu
+    from autotune.sim.model.memory import plan_memory
+    from autotune.sim.model.models import get_model
+    from autotune.sim.model.timing import RooflineTimeModel, StepShape
 
     config = qwen()
     model = get_model(config.model)

@@ -16,10 +16,10 @@ import httpx
 import pytest
 
 from autotune.engines.vllm_log import parse_engine_stats
-from autotune.sim.flags import parse_serve_args
-from autotune.sim.logs import VllmLog
-from autotune.sim.server import build_api
-from autotune.sim.stats_log import StatsLogger
+from autotune.sim.server.flags import parse_serve_args
+from autotune.sim.server.logs import VllmLog
+from autotune.sim.server.server import build_api
+from autotune.sim.server.stats_log import StatsLogger
 
 pytestmark = pytest.mark.timeout(60)
 

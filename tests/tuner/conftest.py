@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune.run_setup import RunOptions, prepare_study
 from autotune.study import StudySpec
+from autotune.study.setup import RunOptions, prepare_study
 from autotune.tuner.session import Tuner, TunerSettings
 from autotune.workload.gen import ClaudeCodeParams, claudecode
 from autotune.workload.io import write_workload

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import optuna
 
-from autotune.prescreen import make_prescreen
-from autotune.space import SEARCH_SPACES_DIR, load_space
+from autotune.config.space import SEARCH_SPACES_DIR, load_space
+from autotune.trial.prescreen import make_prescreen
 from autotune.tuner.guide import MIN_SEED_DISTANCE, Guide, make_encoder
 from autotune.tuner.lattice import config_key, enumerate_effective, ladder, lattice_params
 

@@ -11,7 +11,7 @@ from typing import Any
 import optuna
 
 from autotune.study import StudySpec
-from autotune.trial import derive_config
+from autotune.trial.run import derive_config
 from autotune.tuner.lattice import config_key, ladder
 from autotune.tuner.schedule import Role
 from autotune.tuner.session import TunerSettings

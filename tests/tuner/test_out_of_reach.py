@@ -9,10 +9,10 @@ import numpy as np
 import optuna
 import pytest
 
-from autotune.objective import Goal, ObjectiveName, parse_slos
-from autotune.prescreen import make_prescreen
+from autotune.config.space import load_space
 from autotune.replay.load import LoadSpec
-from autotune.space import load_space
+from autotune.trial.objective import Goal, ObjectiveName, parse_slos
+from autotune.trial.prescreen import make_prescreen
 from autotune.tuner.lattice import enumerate_effective
 from autotune.tuner.predictor import SimOracle
 from autotune.tuner.reach import out_of_reach

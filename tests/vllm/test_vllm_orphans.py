@@ -25,7 +25,7 @@ PARENT = textwrap.dedent(
     import asyncio, os, sys
     from pathlib import Path
     from autotune.engines import VllmEngine
-    from autotune.trial_config import TrialConfig
+    from autotune.config.trial_config import TrialConfig
 
     def server_pid():
         for entry in Path("/proc").iterdir():

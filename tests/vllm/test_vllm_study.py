@@ -11,7 +11,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from autotune.trial_record import TrialRecord
+from autotune.trial.record import TrialRecord
 from autotune.workload.gen import fixed
 from autotune.workload.io import write_workload
 from tests.vllm.conftest import TINY_MODEL, VLLM_EXECUTABLE

@@ -1,0 +1,1 @@
+"""Calibrating the simulator's speed: points measured, read from studies, fitted."""

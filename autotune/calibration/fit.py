@@ -1,0 +1,309 @@
+"""Fit the speed model's constants to measurements: ``autotune sim calibrate``.
+
+Each measurement is a ``Target``: a configuration, the workload and load it
+ran under, and what it measured (output tok/s, mean latency, optionally
+vLLM's mean acceptance length). The fit moves the constants that the targets
+can identify (efficiencies and fixed costs always; draft cost and
+per-position acceptance when a target ran MTP) within ``BOUNDS``, minimising
+the log errors of the in-process prediction (scipy's bounded least squares),
+with a weak pull towards the starting constants so that few points cannot
+drag an unidentified constant to a bound. Acceptance is fitted as
+conditional rates (position i given i-1 accepted), so the per-position rates
+can only fall.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from autotune.calibration.points import MeasuredPoint
+from autotune.errors import InputError
+from autotune.replay.load import LoadSpec
+from autotune.sim.model.calibration_profile import CalibrationProfile, FittedPoint
+from autotune.sim.model.config import SimConfig
+from autotune.sim.model.memory import plan_memory
+from autotune.sim.model.models import get_model
+from autotune.sim.model.scheduler import ACCEPTANCE_DECAY
+from autotune.sim.model.speed_constants import (
+    ACCEPTANCE_BOUNDS,
+    BOUNDS,
+    DEFAULT_CONSTANTS,
+    SpeedConstants,
+)
+from autotune.sim.virtual.predict import predict
+from autotune.sim.virtual.sweep import baseline_config, closed_loop
+from autotune.workload.plan import WorkloadPlan
+
+ALWAYS_FITTED = (
+    "bandwidth_efficiency",
+    "compute_efficiency",
+    "prefill_compute_efficiency",
+    "step_overhead_s",
+    "per_seq_overhead_s",
+    "request_overhead_s",
+    "host_per_output_s",
+)
+MTP_FITTED = ("draft_pass_overhead_s",)
+PRIOR_WEIGHT = 0.03  # residual per unit log-deviation from the starting constants
+MIN_SCALE = 1e-7  # a constant's smallest fitted value (its log must exist)
+# Where the fit starts a constant that is 0 by default (scalars are fitted on a log scale).
+FIT_START = {"request_overhead_s": 10e-3, "host_per_output_s": 0.5e-3}
+FAILED_RESIDUAL = math.log(10.0)  # a measured point the model says cannot run
+DIFF_STEP = 0.1  # finite-difference step: 10% on a log scale; acceptance draws are a staircase
+MAX_EVALUATIONS = 40  # least-squares iterations (each costs one prediction per parameter)
+SENSITIVITY = 0.05  # fit a constant only if halving or doubling it moves a prediction by 5%
+CV_FOLDS = 5  # cross-validation folds for the expected error (leave-one-out below this)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One measurement to fit: what ran, under what load, and what it measured."""
+
+    label: str
+    config: SimConfig
+    plan: WorkloadPlan
+    load: LoadSpec
+    tok_s: float
+    latency_s: float
+    acceptance_length: float | None = None
+    kv_cache_tokens: int | None = None  # what the startup log reported, when known
+
+
+def point_target(hardware: str, model: str, point: MeasuredPoint) -> Target:
+    """A closed-loop point as a target: the hardware's baseline flags plus the point's."""
+    config = baseline_config(
+        hardware,
+        model,
+        num_speculative_tokens=point.mtp,
+        kv_cache_dtype=point.kv_cache_dtype,
+        kv_cache_memory_bytes=point.kv_cache_memory_bytes,
+        max_num_seqs=point.max_num_seqs,
+        max_num_batched_tokens=point.max_num_batched_tokens,
+        max_model_len=point.max_model_len,
+        enforce_eager=point.enforce_eager,
+    )
+    plan, load = closed_loop(
+        point.concurrency,
+        requests_per_client=point.requests_per_client,
+        prompt_tokens=point.prompt_tokens,
+        output_tokens=point.output_tokens,
+    )
+    return Target(
+        label=point.label,
+        config=config,
+        plan=plan,
+        load=load,
+        tok_s=point.output_tokens_per_s,
+        latency_s=point.mean_latency_s,
+        acceptance_length=point.mean_acceptance_length,
+    )
+
+
+def predicted(target: Target, constants: SpeedConstants) -> tuple[float, float] | None:
+    """Output tok/s and mean latency the model predicts for ``target``; None if it fails."""
+    profile = CalibrationProfile(constants=constants)
+    prediction = predict(target.config, target.plan, target.load, calibration=profile)
+    stats = prediction.stats
+    if prediction.failure is not None or not stats.completed or stats.e2e.mean is None:
+        return None
+    return stats.output_throughput_tok_s, stats.e2e.mean
+
+
+def _unconditional(conditional: Sequence[float]) -> tuple[float, ...]:
+    rates, product = [], 1.0
+    for rate in conditional:
+        product *= float(rate)
+        rates.append(product)
+    return tuple(rates)
+
+
+class _Space:
+    """The fitted constants as a vector: log(value / start) per scalar, then acceptance."""
+
+    def __init__(self, start: SpeedConstants, scalars: Sequence[str], positions: int, model: str):
+        self.start, self.scalars, self.positions = start, list(scalars), positions
+        rates = list(start.mtp_acceptance or get_model(model).default_mtp_acceptance)
+        while len(rates) < positions:
+            rates.append((rates[-1] if rates else 0.5) * ACCEPTANCE_DECAY)
+        low, high = ACCEPTANCE_BOUNDS
+        previous, conditional = 1.0, []
+        for rate in rates[:positions]:
+            conditional.append(min(high, max(low, rate / previous if previous else low)))
+            previous = rate
+        seeded = _seeded(start)  # the fit's starting values; untouched constants keep start's
+        self.scale = np.array([getattr(seeded, name) or MIN_SCALE for name in self.scalars])
+        lows = [max(BOUNDS[name][0], MIN_SCALE) for name in self.scalars]
+        highs = [BOUNDS[name][1] for name in self.scalars]
+        self.lower = np.concatenate([np.log(lows / self.scale), [low] * positions])
+        self.upper = np.concatenate([np.log(highs / self.scale), [high] * positions])
+        x0 = np.concatenate([np.zeros(len(self.scalars)), conditional])
+        self.x0 = np.clip(x0, self.lower, self.upper)
+
+    def constants(self, x: np.ndarray) -> SpeedConstants:
+        n = len(self.scalars)
+        values: dict[str, object] = {
+            name: float(math.exp(value) * scale)
+            for name, value, scale in zip(self.scalars, x[:n], self.scale, strict=True)
+        }
+        if self.positions:
+            values["mtp_acceptance"] = _unconditional(x[n:])
+        return self.start.model_copy(update=values)
+
+    def prior(self, x: np.ndarray) -> np.ndarray:
+        return PRIOR_WEIGHT * (x - self.x0)
+
+
+def _residuals(targets: Sequence[Target], constants: SpeedConstants) -> list[float]:
+    out: list[float] = []
+    for target in targets:
+        figures = predicted(target, constants)
+        if figures is None:
+            out += [FAILED_RESIDUAL, FAILED_RESIDUAL]
+        else:
+            out += [math.log(figures[0] / target.tok_s), math.log(figures[1] / target.latency_s)]
+        k = target.config.num_speculative_tokens
+        if target.acceptance_length is not None and k and constants.mtp_acceptance:
+            length = 1 + sum(constants.mtp_acceptance[:k])
+            out.append(math.log(length / target.acceptance_length))
+    return out
+
+
+def _seeded(start: SpeedConstants) -> SpeedConstants:
+    """``start`` with each zero constant the fit may move set to its FIT_START value."""
+    return start.model_copy(
+        update={name: value for name, value in FIT_START.items() if not getattr(start, name)}
+    )
+
+
+def _sensitive(targets: Sequence[Target], start: SpeedConstants, name: str) -> bool:
+    """Whether halving or doubling ``name`` changes some prediction by SENSITIVITY."""
+    base = [predicted(target, start) for target in targets]
+    low, high = BOUNDS[name]
+    for factor in (0.5, 2.0):
+        moved = start.model_copy(update={name: min(high, max(low, getattr(start, name) * factor))})
+        for target, before in zip(targets, base, strict=True):
+            after = predicted(target, moved)
+            if before is None or after is None:
+                return True
+            if any(abs(math.log(a / b)) > SENSITIVITY for a, b in zip(after, before, strict=True)):
+                return True
+    return False
+
+
+def fitted_names(
+    targets: Sequence[Target],
+    free: Sequence[str] | None = None,
+    start: SpeedConstants = DEFAULT_CONSTANTS,
+) -> tuple[list[str], int]:
+    """The scalar constants to fit, and how many acceptance positions.
+
+    ``free``: names from ``BOUNDS`` (and ``mtp_acceptance``); None: those of the
+    candidates (efficiencies and fixed costs; draft cost when a target ran MTP)
+    that move some prediction by more than SENSITIVITY when halved or doubled
+    (on a tiny model the roofline terms do not), and acceptance when a target
+    ran MTP.
+    """
+    positions = max(target.config.num_speculative_tokens for target in targets)
+    if free is None:
+        candidates = [*ALWAYS_FITTED, *(MTP_FITTED if positions else ())]
+        seeded = _seeded(start)
+        return [name for name in candidates if _sensitive(targets, seeded, name)], positions
+    unknown = [name for name in free if name not in BOUNDS and name != "mtp_acceptance"]
+    if unknown:
+        raise InputError(
+            f"cannot fit {unknown}: fittable constants are {[*BOUNDS, 'mtp_acceptance']}"
+        )
+    scalars = [name for name in free if name in BOUNDS]
+    return scalars, positions if "mtp_acceptance" in free else 0
+
+
+def fit_constants(
+    targets: Sequence[Target],
+    *,
+    start: SpeedConstants = DEFAULT_CONSTANTS,
+    free: Sequence[str] | None = None,
+    max_evaluations: int = MAX_EVALUATIONS,
+) -> SpeedConstants:
+    """The constants that best predict ``targets``, each within its bounds."""
+    scalars, positions = fitted_names(targets, free, start)
+    space = _Space(start, scalars, positions, targets[0].config.model)
+
+    def fun(x: np.ndarray) -> np.ndarray:
+        return np.concatenate([_residuals(targets, space.constants(x)), space.prior(x)])
+
+    result = least_squares(
+        fun,
+        space.x0,
+        bounds=(space.lower, space.upper),
+        diff_step=DIFF_STEP,
+        max_nfev=max_evaluations,
+        x_scale=1.0,
+    )
+    return space.constants(result.x)
+
+
+def _folds(count: int) -> list[list[int]]:
+    folds = min(count, CV_FOLDS)
+    return [list(range(index, count, folds)) for index in range(folds)]
+
+
+def calibrate(
+    targets: Sequence[Target],
+    *,
+    hardware: str,
+    model: str,
+    source: str,
+    engine_version: str | None = None,
+    workload_digest: str | None = None,
+    free: Sequence[str] | None = None,
+    cross_validate: bool = True,
+) -> CalibrationProfile:
+    """Fit ``targets`` and record the fit; expected error from cross-validation (>= 3 targets)."""
+    constants = fit_constants(targets, free=free)
+    held_out: dict[int, tuple[float, float] | None] = {}
+    if cross_validate and len(targets) >= 3:
+        for fold in _folds(len(targets)):
+            rest = [target for index, target in enumerate(targets) if index not in fold]
+            fold_constants = fit_constants(rest, free=free)
+            for index in fold:
+                held_out[index] = predicted(targets[index], fold_constants)
+    points, errors = [], []
+    for index, target in enumerate(targets):
+        before = predicted(target, DEFAULT_CONSTANTS)
+        after = predicted(target, constants)
+        point = FittedPoint(
+            label=target.label,
+            measured_tok_s=target.tok_s,
+            measured_latency_s=target.latency_s,
+            measured_acceptance_length=target.acceptance_length,
+            uncalibrated_tok_s=before and before[0],
+            uncalibrated_latency_s=before and before[1],
+            calibrated_tok_s=after and after[0],
+            calibrated_latency_s=after and after[1],
+            held_out_tok_s=(held_out.get(index) or (None, None))[0],
+            held_out_latency_s=(held_out.get(index) or (None, None))[1],
+            measured_kv_cache_tokens=target.kv_cache_tokens,
+            model_kv_cache_tokens=plan_memory(target.config).kv_cache_tokens,
+        )
+        points.append(point)
+        errors += [
+            abs(e) for e in (point.held_out_errors if held_out else point.errors) if e is not None
+        ]
+    scalars, positions = fitted_names(targets, free)
+    return CalibrationProfile(
+        hardware=hardware,
+        model=model,
+        engine_version=engine_version,
+        workload_digest=workload_digest,
+        source=source,
+        constants=constants,
+        fitted=[*scalars, *(["mtp_acceptance"] if positions else [])],
+        points=points,
+        expected_error=float(np.median(errors)) if errors else None,
+        expected_error_basis="cross-validation" if held_out else "residuals",
+    )

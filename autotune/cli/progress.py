@@ -1,0 +1,280 @@
+"""Progress of a study: trial n/N, phase, best so far, elapsed, ETA.
+
+``RichProgress`` draws it live on a terminal; ``PlainProgress`` writes one plain
+line per phase and per finished trial, for stdout that is a file or a pipe and
+for the study's log file (overnight runs are read afterwards, not watched).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from autotune.config.trial_config import params_text
+from autotune.replay.records import RequestRecord
+from autotune.trial.record import TrialRecord
+from autotune.tuner.record import TunerStudyRecord
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+@dataclass(frozen=True)
+class Best:
+    """The best so far as the displays quote it: the tuner's crown (the mean of its
+    measurements) when there is one, else the best single feasible run."""
+
+    trial: int
+    value: float
+    runs: int = 1
+
+    def text(self, metric: str) -> str:
+        runs = f", mean of {self.runs}" if self.runs > 1 else ""
+        return f"best {self.value:,.1f} {metric} (#{self.trial}{runs})"
+
+
+class Tally:
+    """What both displays count: trials done, the best so far, elapsed time and ETA."""
+
+    def __init__(
+        self,
+        *,
+        n_trials: int | None,
+        already_done: int,
+        maximize: bool,
+        best: Best | None = None,
+    ) -> None:
+        self.n_trials = n_trials
+        self.done_before = already_done
+        self.done_now = 0
+        self.maximize = maximize
+        self.best = best  # the study's best including earlier runs
+        self.started = time.monotonic()
+        self._counted: set[int] = set()
+
+    def record(self, trial: FrozenTrial, study: optuna.Study) -> TrialRecord:
+        """Count a finished trial once, however many displays report it; returns its record."""
+        record = TrialRecord.read(trial.user_attrs)
+        if trial.number in self._counted:
+            return record
+        self._counted.add(trial.number)
+        if trial.state in (TrialState.COMPLETE, TrialState.PRUNED):  # not FAIL (our own error)
+            self.done_now += 1
+        winner = TunerStudyRecord.read(study.user_attrs).winner
+        if winner is not None and len(study.directions) == 1:
+            self.best = Best(winner.trial, winner.mean, winner.measurements)
+            return record
+        value = trial.values[0] if trial.values else None
+        feasible = all(v <= 0 for v in trial.constraints.values())
+        if value is not None and feasible and record.measured:
+            better = self.best is None or (
+                value > self.best.value if self.maximize else value < self.best.value
+            )
+            if better:
+                self.best = Best(trial.number, value)
+        return record
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.started
+
+    def eta_s(self) -> float | None:
+        if not self.n_trials or not self.done_now:
+            return None
+        left = max(self.n_trials - self.done_before - self.done_now, 0)
+        return self.elapsed_s / self.done_now * left
+
+    def position(self, running: bool) -> str:
+        position = self.done_before + self.done_now + (1 if running else 0)
+        return f"{position}/{self.n_trials}" if self.n_trials else str(position)
+
+    def best_text(self, metric: str) -> str:
+        return self.best.text(metric) if self.best else "best -"
+
+
+class PlainProgress:
+    """A StudyObserver writing one plain line per phase and per finished trial to ``write``."""
+
+    def __init__(self, write: Callable[[str], None], tally: Tally, *, metric: str) -> None:
+        self.write = write
+        self.tally = tally
+        self.metric = metric
+        self.number: int | None = None
+        self.phase = ""
+        self.trial_started = time.monotonic()
+
+    def __enter__(self) -> PlainProgress:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+    def _line(self, text: str) -> None:
+        self.write(f"{datetime.now().strftime('%H:%M:%S')} {text}")
+
+    def on_trial_start(
+        self, number: int, params: dict[str, Any], flags: dict[str, Any], is_baseline: bool
+    ) -> None:
+        self.number, self.phase = number, ""
+        self.trial_started = time.monotonic()
+        baseline = " (baseline)" if is_baseline else ""
+        position = self.tally.position(True)
+        self._line(f"trial {number}{baseline} [{position}] starts: {params_text(params, flags)}")
+
+    def on_phase(self, phase: str) -> None:
+        if phase != self.phase:  # the launcher and the engine may both announce one
+            self.phase = phase
+            self._line(phase if self.number is None else f"trial {self.number}: {phase}")
+
+    def on_request_done(self, record: RequestRecord, done: int, total: int | None) -> None:
+        return None  # one line per request would bury the trials
+
+    def on_trial_end(self, trial: FrozenTrial, outcome: str, study: optuna.Study) -> None:
+        record = self.tally.record(trial, study)
+        if record.reason is not None:
+            outcome = f"{outcome} ({record.reason})"
+        if trial.state != TrialState.COMPLETE and record.error:
+            outcome = f"{outcome}: {record.error}"
+        value = trial.values[0] if trial.values and record.measured else None
+        shown = f"{value:,.1f} {self.metric}" if value is not None else "no measurement"
+        if trial.state == TrialState.PRUNED and record.replay and record.replay.stopped_early:
+            shown = record.replay.stopped_early
+        flags = dict(record.config.flags) if record.config else {}
+        wall = record.wall_s if record.wall_s is not None else time.monotonic() - self.trial_started
+        eta = self.tally.eta_s()
+        self._line(
+            f"trial {trial.number} [{self.tally.position(False)}] {outcome}: {shown}; "
+            f"{params_text(trial.params, flags)}; {wall:.0f}s; "
+            f"elapsed {_clock(self.tally.elapsed_s)}"
+            + (f", ETA {_clock(eta)}" if eta is not None else "")
+            + f"; {self.tally.best_text(self.metric)}"
+        )
+
+
+class FanOut:
+    """One StudyObserver that forwards every event to several."""
+
+    def __init__(self, *observers: Any) -> None:
+        self.observers = observers
+
+    def on_trial_start(
+        self, number: int, params: dict[str, Any], flags: dict[str, Any], is_baseline: bool
+    ) -> None:
+        for observer in self.observers:
+            observer.on_trial_start(number, params, flags, is_baseline)
+
+    def on_phase(self, phase: str) -> None:
+        for observer in self.observers:
+            observer.on_phase(phase)
+
+    def on_request_done(self, record: RequestRecord, done: int, total: int | None) -> None:
+        for observer in self.observers:
+            observer.on_request_done(record, done, total)
+
+    def on_trial_end(self, trial: FrozenTrial, outcome: str, study: optuna.Study) -> None:
+        for observer in self.observers:
+            observer.on_trial_end(trial, outcome, study)
+
+
+class RichProgress:
+    """A StudyObserver that draws a live status line and the finished trials."""
+
+    def __init__(self, console: Console, tally: Tally, *, metric: str) -> None:
+        self.console = console
+        self.tally = tally
+        self.metric = metric
+        self.trial_started = tally.started
+        self.number: int | None = None
+        self.phase = "starting"
+        self.requests_done = 0
+        self.requests_total: int | None = None
+        self.rows: list[tuple[str, ...]] = []
+        self.live = Live(self._render(), console=console, refresh_per_second=4, transient=False)
+
+    def __enter__(self) -> RichProgress:
+        self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.live.update(self._render())
+        self.live.__exit__(*exc)
+
+    # --- StudyObserver ---------------------------------------------------------
+
+    def on_trial_start(
+        self, number: int, params: dict[str, Any], flags: dict[str, Any], is_baseline: bool
+    ) -> None:
+        self.number = number
+        self.trial_started = time.monotonic()
+        self.phase = "baseline: launching" if is_baseline else "launching"
+        self.requests_done, self.requests_total = 0, None
+        self._refresh()
+
+    def on_phase(self, phase: str) -> None:
+        if self.number is None:  # the study's own phases (warm start) stay on the screen
+            self.live.console.print(phase, highlight=False, markup=False)
+        self.phase = phase
+        self._refresh()
+
+    def on_request_done(self, record: RequestRecord, done: int, total: int | None) -> None:
+        self.requests_done, self.requests_total = done, total
+        if not record.in_window:
+            self.phase = f"warming up ({done} requests)"
+        elif total:
+            self.phase = f"replaying {100 * done / total:.0f}%"
+        else:
+            self.phase = f"replaying ({done} requests)"
+        self._refresh()
+
+    def on_trial_end(self, trial: FrozenTrial, outcome: str, study: optuna.Study) -> None:
+        record = self.tally.record(trial, study)
+        if record.reason is not None:
+            outcome = f"{outcome} ({record.reason})"
+        if trial.state != TrialState.COMPLETE and record.error:
+            outcome = f"{outcome}: {record.error}"[:60]
+        value = trial.values[0] if trial.values else None
+        shown = f"{value:,.1f}" if value is not None and record.measured else "-"
+        wall = record.wall_s
+        self.rows.append(
+            (str(trial.number), outcome, shown, f"{wall:.0f}s" if wall is not None else "")
+        )
+        self.phase = "done"
+        self._refresh()
+
+    # --- drawing ---------------------------------------------------------------
+
+    def _refresh(self) -> None:
+        self.live.update(self._render())
+
+    def _render(self) -> Group:
+        elapsed = self.tally.elapsed_s
+        trial_text = f"trial {self.tally.position(self.phase != 'done')}"
+        best = self.tally.best_text(self.metric)
+        eta_s = self.tally.eta_s()
+        eta = f" · ETA {_clock(eta_s)}" if eta_s is not None else ""
+        status = Text.assemble(
+            (trial_text, "bold"),
+            f" · {self.phase} · ",
+            (best, "green"),
+            f" · elapsed {_clock(elapsed)}{eta}",
+        )
+        table = Table(box=None, pad_edge=False, show_header=bool(self.rows))
+        for column in ("trial", "outcome", self.metric, "wall"):
+            table.add_column(column, justify="right" if column != "outcome" else "left")
+        for row in self.rows[-8:]:
+            table.add_row(*row)
+        return Group(table, status)

@@ -1,0 +1,1 @@
+"""How a config becomes argv: the search space, the derived flags, the launch config."""

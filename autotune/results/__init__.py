@@ -1,0 +1,1 @@
+"""Results people act on, read back from a stored study."""

@@ -1,0 +1,1 @@
+"""The simulator's model of vLLM: catalogs, memory, speed and the scheduler core."""

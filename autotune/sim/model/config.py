@@ -1,0 +1,35 @@
+"""SimConfig: the vLLM launch flags the simulator models, parsed and typed.
+
+``autotune.sim.server.flags`` turns a ``vllm serve`` argv into a SimConfig (the
+server and the in-process predictor both go through it); the memory and time
+models read only this.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+
+class SimConfig(BaseModel):
+    """Everything the memory and speed models need from the launch flags."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model: str  # catalog name, e.g. "qwen3.6-27b-awq"
+    hardware: str  # catalog name, e.g. "rtx4080s-32g"
+    kv_cache_memory_bytes: int | None = None  # wins over gpu_memory_utilization
+    gpu_memory_utilization: float = 0.92
+    kv_cache_dtype: str = "auto"
+    num_speculative_tokens: int = 0  # MTP k (0: off)
+    max_num_seqs: int | None = None  # None: vLLM's hardware default
+    max_num_batched_tokens: int | None = None  # None: vLLM's hardware default
+    max_model_len: int | None = None  # None: the model's own maximum
+    cudagraph_capture_sizes: tuple[int, ...] | None = None  # None: vLLM's default list
+    enable_prefix_caching: bool | None = None  # None: the engine default for the model
+    language_model_only: bool = False
+    lmcache: bool = False  # --kv-transfer-config with an LMCache connector
+    block_size: int | None = None
+    enforce_eager: bool = False
+    seed: int = 0
+    # Per-position draft acceptance rates (a workload property); None: the model's default.
+    mtp_acceptance: tuple[float, ...] | None = None

@@ -1,0 +1,503 @@
+"""The simulator's scheduler core: vLLM's continuous batching in virtual time.
+
+One ``SimEngineCore`` is one engine: requests are added, ``step()`` runs one
+iteration (chunked prefill within ``max_num_batched_tokens``, at most
+``max_num_seqs`` running, decode with optional MTP drafts), allocates KV
+blocks from the pool the memory plan sized, preempts by recompute when the
+pool is full, and returns the tokens each request produced with the step's
+modelled duration. The clock, RNGs and counters belong to the instance, so two
+engines in one process never interact. Two faces drive it: the HTTP server
+(sim/server/server.py) in wall time, and predict.py in pure virtual time.
+
+MTP acceptance uses common random numbers: each request has its own stream,
+seeded by the engine's seed and the request's id, and one draw per output
+position; a draft at depth d that would become output position q is accepted
+when that position's draw is below the depth's conditional rate (and every
+shallower draft was). A request therefore meets the same draws under any
+batching, KV size or acceptance rate, so two configs (or two acceptance
+estimates) differ in throughput by what differs between them, not by a reshuffle
+of one shared stream (which moved a prediction by 3% for a 0.1% change in
+acceptance).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from autotune.errors import InputError
+from autotune.sim.model.config import SimConfig
+from autotune.sim.model.hardware import get_gpu
+from autotune.sim.model.kv_cache import (
+    CACHE_UNIT_MIN_TOKENS,
+    KvCacheManager,
+    RequestState,
+    SimRequest,
+)
+from autotune.sim.model.memory import MemoryReport, plan_memory, torch_oom_text
+from autotune.sim.model.models import get_model
+from autotune.sim.model.speed_constants import DEFAULT_CONSTANTS, SpeedConstants
+from autotune.sim.model.step_results import DecodeRun, EngineCounters, StepResult, TokenOutput
+from autotune.sim.model.timing import RooflineTimeModel, StepShape, StepTimeModel
+
+MIN_NOISE_FACTOR = 0.05  # a noisy step never takes less than 5% of its modelled time
+MAX_RUN_STEPS = 4096  # longest decode run computed at once by decode_run()
+ACCEPTANCE_DECAY = 0.7  # per-position decay for draft positions beyond the catalog's list
+
+__all__ = [
+    "CACHE_UNIT_MIN_TOKENS",
+    "DecodeRun",
+    "EngineCounters",
+    "SimEngineCore",
+    "SimRequest",
+    "StepResult",
+    "TokenOutput",
+]  # defined in kv_cache.py and step_results.py
+
+
+@dataclass(slots=True, eq=False)
+class _Scheduled:
+    running: RequestState
+    num_new: int
+    num_drafts: int
+    external_tokens: int = 0
+
+
+class SimEngineCore:
+    """One simulated vLLM engine in virtual time (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: SimConfig,
+        *,
+        seed: int = 0,
+        noise: float = 0.0,
+        mtp_acceptance: Sequence[float] | None = None,
+        time_model: StepTimeModel | None = None,
+        constants: SpeedConstants = DEFAULT_CONSTANTS,
+    ) -> None:
+        self.config = config
+        self.constants = constants
+        self.memory: MemoryReport = plan_memory(config)
+        self.clock_s = 0.0
+        self.counters = EngineCounters(
+            spec_decode_accepted_per_pos=[0] * config.num_speculative_tokens
+        )
+        model = get_model(config.model)
+        self._time_model = time_model or RooflineTimeModel(
+            get_gpu(config.hardware),
+            model,
+            self.memory,
+            enforce_eager=config.enforce_eager,
+            constants=constants,
+        )
+        self._seed = seed
+        self._rng = random.Random(seed)  # step-time noise only
+        self._noise = noise
+        self._kv = KvCacheManager(self.memory, lmcache=config.lmcache)
+        self._num_spec = config.num_speculative_tokens
+        self._acceptance = self._conditional_acceptance(
+            next(
+                rates
+                for rates in (
+                    mtp_acceptance,
+                    config.mtp_acceptance,
+                    constants.mtp_acceptance,
+                    model.default_mtp_acceptance,
+                )
+                if rates is not None
+            )
+        )
+        self._waiting: deque[RequestState] = deque()
+        self._running: list[RequestState] = []
+        self._by_id: dict[str, RequestState] = {}
+        self._dead: str | None = None
+
+    # ----------------------------------------------------------------- requests
+    def add_request(self, request: SimRequest) -> None:
+        """Queue a request. Raises InputError if its prompt cannot fit max_model_len."""
+        num_prompt = len(request.prompt_token_ids)
+        max_model_len = self.memory.max_model_len
+        if num_prompt == 0 or num_prompt >= max_model_len:
+            raise InputError(
+                f"This model's maximum context length is {max_model_len} tokens. However, your "
+                f"prompt contains {num_prompt} input tokens, which exceeds this limit even "
+                "without any output tokens. Please reduce the length of the input prompt."
+            )
+        if request.request_id in self._by_id:
+            raise InputError(f"duplicate request id {request.request_id!r}")
+        state = RequestState(
+            request=request,
+            token_ids=np.asarray(request.prompt_token_ids, dtype=np.int64),
+            num_prompt=num_prompt,
+            max_tokens=max(1, min(request.max_tokens, max_model_len - num_prompt)),
+        )
+        if self._num_spec:
+            state.draw = random.Random(f"{self._seed}:{request.request_id}").random
+        self._by_id[request.request_id] = state
+        self._waiting.append(state)
+        self._update_gauges()
+
+    def abort(self, request_id: str) -> None:
+        """Drop a request wherever it is (no output); unknown ids are ignored."""
+        state = self._by_id.pop(request_id, None)
+        if state is None:
+            return
+        if state in self._running:
+            self._running.remove(state)
+        else:
+            self._waiting.remove(state)
+        self._kv.free(state)
+        self._update_gauges()
+
+    def has_unfinished(self) -> bool:
+        return bool(self._by_id)
+
+    def advance_to(self, t_s: float) -> None:
+        """Idle until ``t_s`` (never moves the clock back)."""
+        self.clock_s = max(self.clock_s, t_s)
+
+    def reset_prefix_cache(self) -> int:
+        """Drop every unpinned cached block (vLLM's /reset_prefix_cache); returns how many."""
+        return self._kv.reset_prefix_cache()
+
+    def _preempt(self, state: RequestState) -> None:
+        self._running.remove(state)
+        self._kv.free(state)
+        state.num_computed = 0
+        self._waiting.appendleft(state)
+        self.counters.num_preemptions += 1
+
+    # ---------------------------------------------------------------- scheduling
+    def _conditional_acceptance(self, rates: Sequence[float]) -> list[float]:
+        """Per-position unconditional rates -> P(accept i | accepted i-1)."""
+        rates = list(rates)
+        while len(rates) < self._num_spec:
+            rates.append((rates[-1] if rates else 0.5) * ACCEPTANCE_DECAY)
+        conditional: list[float] = []
+        previous = 1.0
+        for rate in rates[: self._num_spec]:
+            conditional.append(min(1.0, rate / previous) if previous > 0 else 0.0)
+            previous = rate
+        return conditional
+
+    def _record_lookup(self, state: RequestState, local: int, external: int) -> None:
+        """Count an admitted request's prefix lookup, as vLLM's metrics do (in tokens)."""
+        counters = self.counters
+        unit = self._kv.unit_tokens
+        if self._kv.caching:
+            counters.prefix_cache_queries += state.num_prompt
+            counters.prefix_cache_hits += local * unit
+        if self._kv.has_host_store:
+            counters.external_prefix_cache_queries += state.num_prompt - local * unit
+            counters.external_prefix_cache_hits += external * unit
+        if state.num_cached is None:
+            state.num_cached = (local + external) * unit
+
+    def _schedule(self) -> list[_Scheduled]:
+        budget = self.memory.max_num_batched_tokens
+        scheduled: list[_Scheduled] = []
+        preempted = False
+        index = 0
+        while index < len(self._running) and budget > 0:
+            state = self._running[index]
+            remaining = state.num_known - state.num_computed
+            drafts = self._num_spec if remaining == 1 and state.num_output > 0 else 0
+            num_new = min(remaining + drafts, budget)
+            if num_new < remaining + drafts:
+                drafts = max(0, num_new - remaining)
+            needed_tokens = state.num_computed + num_new
+            fits = self._kv.holds(state, needed_tokens)
+            lost = False
+            while not fits and not self._kv.grow(state, needed_tokens):
+                victim = self._running[-1]
+                self._preempt(victim)
+                preempted = True
+                if victim is state:
+                    lost = True
+                    break
+            if lost:
+                break
+            scheduled.append(_Scheduled(state, num_new, drafts))
+            budget -= num_new
+            index += 1
+        while (
+            self._waiting
+            and budget > 0
+            and not preempted
+            and len(self._running) < self.memory.max_num_seqs
+        ):
+            state = self._waiting[0]
+            local, external = self._kv.lookup(state)
+            computed = (local + external) * self._kv.unit_tokens
+            num_new = min(state.num_known - computed, budget)
+            state.num_computed = computed
+            if not self._kv.grow(state, computed + num_new):
+                self._kv.undo_lookup(state)
+                state.num_computed = 0
+                break
+            self._record_lookup(state, local, external)
+            self._waiting.popleft()
+            self._running.append(state)
+            scheduled.append(_Scheduled(state, num_new, 0, external * self._kv.unit_tokens))
+            budget -= num_new
+        return scheduled
+
+    def _accepted_drafts(self, state: RequestState, num_drafts: int) -> int:
+        """The leading drafts accepted, by the draws of the positions they would fill."""
+        uniforms = self._uniforms(state, num_drafts)
+        accepted = 0
+        for depth, probability in enumerate(self._acceptance[:num_drafts], start=1):
+            if uniforms[state.num_output + depth] >= probability:
+                break
+            accepted += 1
+        return accepted
+
+    @staticmethod
+    def _uniforms(state: RequestState, depth: int) -> list[float]:
+        """``state``'s draws, at least up to ``depth`` positions past its next output."""
+        uniforms, draw = state.uniforms, state.draw
+        assert draw is not None
+        while len(uniforms) <= state.num_output + depth:
+            uniforms.append(draw())
+        return uniforms
+
+    # --------------------------------------------------------------------- step
+    def step(self) -> StepResult:
+        """Run one engine iteration in virtual time and advance the clock by its duration."""
+        start_s = self.clock_s
+        if self._dead is not None:
+            return StepResult(start_s, 0.0, [], oom=self._dead)
+        scheduled = self._schedule()
+        if not scheduled:
+            self._update_gauges()
+            return StepResult(start_s, 0.0, [])
+        shape = self._shape(scheduled)
+        transient = (
+            self.memory.transient_prefill_bytes_per_token * shape.num_tokens
+            + self.memory.transient_bytes_per_seq * shape.num_seqs
+        )
+        if transient > self.memory.headroom_bytes:
+            self._dead = torch_oom_text(
+                transient, get_gpu(self.config.hardware), self.memory.headroom_bytes
+            )
+            return StepResult(start_s, 0.0, [], oom=self._dead)
+        duration_s = self._noisy(shape)
+        outputs = [output for item in scheduled if (output := self._advance(item)) is not None]
+        self.clock_s = start_s + duration_s
+        self._update_gauges()
+        return StepResult(
+            start_s,
+            duration_s,
+            outputs,
+            num_prefill_tokens=shape.num_prefill_tokens,
+            num_decode_tokens=shape.num_decode_tokens,
+        )
+
+    def _shape(self, scheduled: list[_Scheduled]) -> StepShape:
+        prefill_tokens = decode_tokens = context = external = spec_seqs = emitting = 0
+        prefill_logits = 0  # prefill chunks that complete their prompt sample one token
+        pairs = 0.0
+        for item in scheduled:
+            computed = item.running.num_computed
+            emitting += item.num_new - item.num_drafts >= item.running.num_known - computed
+            context += computed
+            pairs += item.num_new * (computed + item.num_new / 2)
+            external += item.external_tokens
+            if item.running.num_output > 0 and item.num_new == 1 + item.num_drafts:
+                decode_tokens += item.num_new
+                spec_seqs += item.num_drafts > 0
+            else:
+                prefill_tokens += item.num_new
+                prefill_logits += item.num_new >= item.running.num_known - computed
+        return StepShape(
+            num_seqs=len(scheduled),
+            num_prefill_tokens=prefill_tokens,
+            num_decode_tokens=decode_tokens,
+            context_tokens=context,
+            attention_pairs=pairs,
+            num_spec_seqs=spec_seqs,
+            num_draft_passes=self._num_spec if spec_seqs else 0,
+            external_load_tokens=external,
+            num_output_seqs=emitting,
+            num_logit_tokens=decode_tokens + prefill_logits,
+        )
+
+    def _advance(self, item: _Scheduled) -> TokenOutput | None:
+        state = item.running
+        counters = self.counters
+        remaining = state.num_known - state.num_computed
+        if item.num_new - item.num_drafts < remaining:  # a prefill chunk, no token yet
+            state.num_computed += item.num_new
+            self._kv.cache_full_blocks(state)
+            return None
+        accepted = 0
+        if item.num_drafts:
+            accepted = self._accepted_drafts(state, item.num_drafts)
+            counters.spec_decode_num_drafts += 1
+            counters.spec_decode_num_draft_tokens += item.num_drafts
+            counters.spec_decode_num_accepted_tokens += accepted
+            for position in range(accepted):
+                counters.spec_decode_accepted_per_pos[position] += 1
+        if state.num_output == 0:
+            counters.prompt_tokens += state.num_prompt
+        new_tokens = min(1 + accepted, state.max_tokens - state.num_output)
+        state.num_computed += remaining + min(accepted, new_tokens - 1)
+        state.num_output += new_tokens
+        counters.generation_tokens += new_tokens
+        self._kv.cache_full_blocks(state)
+        finished = state.num_output >= state.max_tokens
+        if finished:
+            self._running.remove(state)
+            del self._by_id[state.request.request_id]
+            self._kv.free(state)
+        return TokenOutput(
+            request_id=state.request.request_id,
+            new_tokens=new_tokens,
+            finished=finished,
+            finish_reason="length" if finished else None,
+            num_prompt_tokens=state.num_prompt,
+            num_cached_tokens=state.num_cached or 0,
+        )
+
+    # --------------------------------------------------------------- fast path
+    def decode_run(self, until_s: float, *, max_steps: int = MAX_RUN_STEPS) -> DecodeRun | None:
+        """Run the coming steps at once while they are plain decode steps.
+
+        A plain decode step: every running request decodes (1 token plus its
+        drafts), none finishes, no request waits for admission, no new block
+        needs an eviction. Steps start before ``until_s`` (the caller's next
+        event). Returns None when the next step is not plain: call ``step()``.
+        The predictor's fast path; the result equals as many ``step()`` calls
+        (same clock, counters and random draws).
+        """
+        running = self._running
+        if self._dead is not None or not running or self.clock_s >= until_s:
+            return None
+        if self._waiting and len(running) < self.memory.max_num_seqs:
+            return None
+        per_seq = 1 + self._num_spec
+        num_seqs = len(running)
+        memory = self.memory
+        transient = (
+            memory.transient_prefill_bytes_per_token * num_seqs * per_seq
+            + memory.transient_bytes_per_seq * num_seqs
+        )
+        if num_seqs * per_seq > memory.max_num_batched_tokens or transient > memory.headroom_bytes:
+            return None
+        steps = max_steps
+        for state in running:
+            if state.num_known - state.num_computed != 1 or state.num_output == 0:
+                return None
+            steps = min(steps, (state.max_tokens - state.num_output - 1) // per_seq)
+        if steps < 2:
+            return None
+        if self._num_spec:
+            return self._speculative_run(until_s, steps)
+        steps = self._kv.steps_without_eviction(running, steps)
+        if steps < 2:
+            return None
+        context = sum(state.num_computed for state in running)
+        ends: list[float] = []
+        clock_s = self.clock_s
+        for index in range(steps):
+            if clock_s >= until_s:
+                break
+            clock_s += self._noisy(
+                StepShape(
+                    num_seqs=num_seqs,
+                    num_prefill_tokens=0,
+                    num_decode_tokens=num_seqs,
+                    context_tokens=context + index * num_seqs,
+                    attention_pairs=context + index * num_seqs + num_seqs / 2,
+                )
+            )
+            ends.append(clock_s)
+        self._kv.decode_tokens(running, len(ends))
+        self.counters.generation_tokens += len(ends) * num_seqs
+        return self._finish_run(ends, [len(ends)] * num_seqs)
+
+    def _speculative_run(self, until_s: float, steps: int) -> DecodeRun | None:
+        """``decode_run`` with MTP drafts: acceptance drawn per request and step, in order."""
+        running = self._running
+        num_seqs, k = len(running), self._num_spec
+        per_seq = 1 + k
+        block_size = self._kv.block_size
+        counters = self.counters
+        per_position = counters.spec_decode_accepted_per_pos
+        acceptance = self._acceptance[:k]
+        tokens = [0] * num_seqs
+        ends: list[float] = []
+        clock_s = self.clock_s
+        context = sum(state.num_computed for state in running)
+        for _ in range(steps):
+            growing = [
+                state
+                for state in running
+                if state.num_computed + per_seq > state.num_positions * block_size
+            ]
+            if clock_s >= until_s or (growing and not self._kv.fits_decode(growing, per_seq)):
+                break
+            for state in growing:
+                self._kv.grow(state, state.num_computed + per_seq)
+            clock_s += self._noisy(
+                StepShape(
+                    num_seqs=num_seqs,
+                    num_prefill_tokens=0,
+                    num_decode_tokens=num_seqs * per_seq,
+                    context_tokens=context,
+                    attention_pairs=per_seq * (context + num_seqs * per_seq / 2),
+                    num_spec_seqs=num_seqs,
+                    num_draft_passes=k,
+                )
+            )
+            for index, state in enumerate(running):
+                uniforms = self._uniforms(state, k)
+                position = state.num_output
+                accepted = 0
+                for probability in acceptance:
+                    position += 1
+                    if uniforms[position] >= probability:
+                        break
+                    per_position[accepted] += 1
+                    accepted += 1
+                state.num_computed += 1 + accepted
+                state.num_output += 1 + accepted
+                tokens[index] += 1 + accepted
+                context += 1 + accepted
+            ends.append(clock_s)
+        if not ends:
+            return None
+        emitted = sum(tokens)
+        counters.spec_decode_num_drafts += num_seqs * len(ends)
+        counters.spec_decode_num_draft_tokens += num_seqs * k * len(ends)
+        counters.spec_decode_num_accepted_tokens += emitted - num_seqs * len(ends)
+        counters.generation_tokens += emitted
+        return self._finish_run(ends, tokens)
+
+    def _noisy(self, shape: StepShape) -> float:
+        duration_s = self._time_model.step_time_s(shape)
+        if self._noise > 0:
+            duration_s *= max(MIN_NOISE_FACTOR, 1.0 + self._noise * self._rng.gauss(0.0, 1.0))
+        return duration_s
+
+    def _finish_run(self, ends: list[float], tokens: list[int]) -> DecodeRun:
+        start_s = self.clock_s
+        self.clock_s = ends[-1]
+        self._update_gauges()
+        return DecodeRun(
+            start_s=start_s,
+            step_end_s=np.array(ends),
+            request_ids=[state.request.request_id for state in self._running],
+            tokens=tokens,
+        )
+
+    def _update_gauges(self) -> None:
+        counters = self.counters
+        counters.num_running = len(self._running)
+        counters.num_waiting = len(self._waiting)
+        counters.kv_cache_usage = self._kv.usage()

@@ -1,0 +1,1 @@
+"""The simulator's in-process face: predictions and sweeps in virtual time."""
