@@ -86,3 +86,60 @@ def test_layering_holds_transitively(package: str, forbidden: str) -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
     )
     assert result.stdout.strip() == "[]", f"{package} loads {result.stdout.strip()}"
+
+
+# The packages from the bottom up: a package imports only packages below it, never one
+# beside or above it (so no two packages import each other, even through a third).
+LAYERS = [
+    ("vocabulary",),
+    ("errors", "defaults", "http_transport"),
+    ("workload",),
+    ("replay",),
+    ("sim.model",),
+    ("sim.server", "sim.virtual"),
+    ("sim",),  # sim/__main__.py: the server's entry point
+    ("config",),
+    ("engines",),
+    ("trial",),
+    ("tuner",),
+    ("results",),
+    ("calibration",),
+    ("study",),
+    ("cli",),
+]
+SIM_FACES = ("model", "server", "virtual")
+
+
+def _unit(module: str) -> str | None:
+    """The layer unit of a dotted module name: a top-level module or package, sim's faces."""
+    parts = module.split(".")
+    if parts[0] != "autotune" or len(parts) < 2 or parts[1] in ("__init__", "__main__"):
+        return None  # the package root (``from autotune import __version__``) sits below all
+    if parts[1] == "sim" and len(parts) > 2 and parts[2] in SIM_FACES:
+        return f"sim.{parts[2]}"
+    return parts[1]
+
+
+def _source_module(path: Path) -> str:
+    parts = path.relative_to(PACKAGE_ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_packages_import_only_downward() -> None:
+    layer_of = {unit: depth for depth, units in enumerate(LAYERS) for unit in units}
+    sources = sorted(PACKAGE_ROOT.rglob("*.py"))
+    units = {_unit(_source_module(path)) for path in sources} - {None}
+    assert units <= set(layer_of), f"LAYERS lacks {sorted(units - set(layer_of))}"
+    upward = []
+    for path in sources:
+        unit = _unit(_source_module(path))
+        if unit is None:
+            continue
+        for line, module in imported_modules(path):
+            target = _unit(module)
+            if target in (None, unit) or target not in layer_of:
+                continue
+            if layer_of[target] >= layer_of[unit]:
+                where = path.relative_to(PACKAGE_ROOT.parent)
+                upward.append(f"{where}:{line} ({unit}) imports {module} ({target})")
+    assert not upward, "\n".join(upward)
