@@ -21,7 +21,7 @@ from autotune.vocabulary import ServerStats
 
 def _shared_data() -> Path:
     configured = os.environ.get("AUTOTUNE_SHARED_DATA")
-    return Path(configured) if configured else Path(__file__).resolve().parents[2] / "shared/data"
+    return Path(configured) if configured else Path(__file__).resolve().parents[3] / "shared/data"
 
 
 def _dump(name: str) -> str:
