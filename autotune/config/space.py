@@ -10,7 +10,13 @@ A space file (``search_spaces/*.yaml``) declares:
   (``autotune.config.derive``), e.g. CUDA-graph capture sizes from max-num-seqs x (k+1);
 - ``rules``: conditions a config must meet to be launched at all;
 - ``gates``: parameter choices or flags that exist only on some engine versions;
-- ``baseline``: the hand-tuned starting point, enqueued as the first trial.
+- ``baseline``: the hand-tuned starting point, enqueued as the first trial;
+- ``allow_unknown_flags``: flags of a newer vLLM than the known-flag list has.
+
+Every flag name is checked against the engine's flags before the first trial
+(``check_flags``); a flag that carries a secret, or a value that looks like one,
+is refused in any spelling when the file is read: flags are stored with every
+trial and logged.
 
 The space stays static for GPSampler: every parameter is suggested on every
 trial; a parameter that does not apply (MTP k while MTP is off) is ignored
@@ -31,11 +37,14 @@ import optuna
 import yaml
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
 
 from autotune.config.derive import DERIVATIONS, DeriveContext
 from autotune.config.trial_config import FlagValue, TrialConfig
+from autotune.engines.known_flags import KnownFlags
 from autotune.errors import SpaceError
+from autotune.redaction import looks_secret, redact, secret_flag
 from autotune.sim.model.units import GIB
 
 SEARCH_SPACES_DIR = Path(__file__).resolve().parents[2] / "search_spaces"
@@ -135,13 +144,20 @@ class SearchSpace(BaseModel):
     rules: list[str] = Field(default_factory=list)  # e.g. "max_num_batched_tokens >= max_num_seqs"
     gates: list[Gate] = Field(default_factory=list)
     baseline: dict[str, Any] = Field(default_factory=dict)
+    # Flags the engine's known-flag list lacks (a newer vLLM's), passed without the check.
+    allow_unknown_flags: list[str] = Field(default_factory=list)
 
-    @field_validator("fixed")
-    @classmethod
-    def _no_secrets(cls, fixed: dict[str, FlagValue]) -> dict[str, FlagValue]:
-        if "api-key" in fixed:  # a flag is stored with every trial and logged
-            raise ValueError("api-key: keys are never stored; set VLLM_API_KEY instead")
-        return fixed
+    @model_validator(mode="after")
+    def _no_secrets(self) -> SearchSpace:
+        """A flag is stored with every trial and logged: a key there would be kept forever."""
+        found = _first_secret(self)
+        if found is not None:
+            loc, reason = found
+            field = ".".join(redact(str(part)) for part in loc)
+            raise PydanticCustomError(
+                "secret", "{reason}", {"reason": reason, "field": field, "loc": loc}
+            )
+        return self
 
     @model_validator(mode="after")
     def _check_references(self) -> SearchSpace:
@@ -228,8 +244,26 @@ class SearchSpace(BaseModel):
 
     def digest(self) -> str:
         """A content hash: a study refuses to resume with another space."""
-        text = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        content = self.model_dump(mode="json")
+        if not content["allow_unknown_flags"]:  # spaces written before the field keep theirs
+            del content["allow_unknown_flags"]
+        text = json.dumps(content, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def flag_names(self) -> list[tuple[tuple[str | int, ...], str]]:
+        """Every flag name the space sets, with where it is set (``("fixed", name)``...)."""
+        names: list[tuple[tuple[str | int, ...], str]] = [(("fixed", n), n) for n in self.fixed]
+        names += [
+            (("parameters", name, "flag"), param.flag)
+            for name, param in self.parameters.items()
+            if param.flag is not None
+        ]
+        names += [
+            (("gates", index, "flag"), gate.flag)
+            for index, gate in enumerate(self.gates)
+            if gate.flag is not None
+        ]
+        return names
 
     def _allowed_choices(
         self, name: str, param: Parameter, engine_version: str | None
@@ -242,6 +276,38 @@ class SearchSpace(BaseModel):
             if gate.param == name and not _version_ok(gate.versions, engine_version)
         }
         return [choice for choice in param.choices if choice not in banned]
+
+
+def check_flags(space: SearchSpace, path: Path, known: KnownFlags) -> None:
+    """Refuse, before the first trial, a flag name the engine does not take.
+
+    On real vLLM a flag under ``allow_unknown_flags`` or named by a gate passes (the gate
+    says which versions have it: a newer vLLM's flag the known list lacks). The simulator
+    takes only the flags it models: there a flag is checked unless a gate drops it at the
+    vLLM version the simulator speaks. Raises SpaceError("FILE:LINE: field: what is wrong").
+    """
+    unknown = [name for name in space.allow_unknown_flags if known.problem(name) is not None]
+    if unknown and not known.accepts_newer:
+        raise SpaceError(
+            f"{_where(path, ('allow_unknown_flags',))}: allow_unknown_flags: {known.engine} "
+            f"takes only the flags it models, not --{unknown[0]}; use --engine vllm for it"
+        )
+    for loc, name in space.flag_names():
+        gates = [gate for gate in space.gates if gate.flag == name]
+        if loc[0] == "gates":
+            continue  # checked where the flag is set
+        if known.accepts_newer and (name in space.allow_unknown_flags or gates):
+            continue
+        if not all(_version_ok(gate.versions, known.version) for gate in gates):
+            continue  # to_config drops it at this version
+        problem = known.problem(name)
+        if problem is not None:
+            raise SpaceError(f"{_where(path, loc)}: {'.'.join(map(str, loc))}: {problem}")
+
+
+def _where(path: Path, loc: tuple) -> str:
+    line = _line_of(path, loc)
+    return f"{path}:{line}" if line else str(path)
 
 
 def load_space(path: Path) -> SearchSpace:
@@ -260,10 +326,10 @@ def load_space(path: Path) -> SearchSpace:
         return SearchSpace.model_validate(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
-        field = ".".join(str(part) for part in first["loc"])
-        line = _line_of(path, first["loc"])
-        where = f"{path}:{line}" if line else str(path)
-        raise SpaceError(f"{where}: {field}: {first['msg']}") from exc
+        context = first.get("ctx") or {}
+        loc = context.get("loc", first["loc"])  # a secret's own place, not the model's
+        field = context.get("field") or ".".join(str(part) for part in loc)
+        raise SpaceError(f"{_where(path, loc)}: {field}: {first['msg']}") from None
 
 
 def default_space_path(model: str, sim_model: str | None = None) -> Path:
@@ -283,11 +349,65 @@ def _line_of(path: Path, loc: tuple) -> int | None:
     start = 0
     found = None
     for key in keys:
+        spellings = (f"{key}:", f'"{key}":', f"'{key}':", f"- {key}")
         for number in range(start, len(lines)):
-            if lines[number].lstrip().startswith(f"{key}:"):
+            if lines[number].lstrip().startswith(spellings):
                 found, start = number + 1, number + 1
                 break
     return found
+
+
+def _first_secret(space: SearchSpace) -> tuple[tuple[str | int, ...], str] | None:
+    """The first place the space holds a secret-bearing flag or a secret-looking value,
+    with why it is refused."""
+    value_reason = (
+        "this looks like a secret (a key or token): values are stored with every trial "
+        "and logged; pass keys through the environment (VLLM_API_KEY)"
+    )
+
+    def flag_reason(name: str) -> str | None:
+        instead = secret_flag(name)
+        if instead is not None:
+            return f"a flag that carries a secret is never stored or logged; {instead}"
+        return value_reason if looks_secret(name) else None
+
+    def in_value(value: Any, loc: tuple[str | int, ...]) -> tuple[tuple, str] | None:
+        if isinstance(value, str):
+            return (loc, value_reason) if looks_secret(value) else None
+        if not isinstance(value, dict | list):
+            return None
+        for key, item in value.items() if isinstance(value, dict) else enumerate(value):
+            reason = flag_reason(key) if isinstance(key, str) else None
+            if reason is not None:
+                return (*loc, key), reason
+            found = in_value(item, (*loc, key))
+            if found is not None:
+                return found
+        return None
+
+    places: list[tuple[tuple[str | int, ...], str]] = [
+        *space.flag_names(),
+        *((("allow_unknown_flags", i), name) for i, name in enumerate(space.allow_unknown_flags)),
+    ]
+    for loc, name in places:
+        reason = flag_reason(name)
+        if reason is not None:
+            return loc, reason
+    values: list[tuple[tuple[str | int, ...], Any]] = [
+        *((("fixed", name), value) for name, value in space.fixed.items()),
+        *((("baseline", name), value) for name, value in space.baseline.items()),
+        *(
+            (("parameters", name, "choices"), param.choices)
+            for name, param in space.parameters.items()
+            if isinstance(param, CategoricalParam)
+        ),
+        *((("gates", i, "choice"), gate.choice) for i, gate in enumerate(space.gates)),
+    ]
+    for loc, value in values:
+        found = in_value(value, loc)
+        if found is not None:
+            return found
+    return None
 
 
 def _distribution(param: Parameter, choices: list | None) -> Any:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from autotune.config.space import SearchSpace, default_space_path, load_space
+from autotune.config.space import SearchSpace, check_flags, default_space_path, load_space
 from autotune.defaults import (
     DEFAULT_HEARTBEAT_S,
     DEFAULT_SAMPLER,
@@ -18,6 +18,7 @@ from autotune.defaults import (
     DEFAULT_TRIALS,
 )
 from autotune.engines import make_engine
+from autotune.engines.known_flags import known_flags
 from autotune.errors import InputError
 from autotune.replay.load import LoadSpec
 from autotune.results.reader import default_artifact_dir
@@ -115,6 +116,7 @@ def prepare_study(options: RunOptions, *, say: Callable[[str], None] | None = No
         raise InputError(f"--workload {options.workload}: no such file")
     space_path = options.space or default_space_path(options.model, options.sim_model)
     space = load_space(space_path)
+    check_flags(space, space_path, known_flags(options.engine))
     calibration = _calibration(options)
     token_note = None
     tokenizer_found = False

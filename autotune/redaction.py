@@ -1,0 +1,120 @@
+"""Secrets: which flags carry one, what looks like one, and its removal from what we write.
+
+A key must never reach a study, a log or the screen. The space file refuses a
+secret-bearing flag outright (``space.py``); whatever reaches text some other
+way (a server that echoes its environment, an error quoting a header) is
+replaced by ``REDACTED`` by ``redact``, which every writer applies: the trial
+attrs (``trial_record.py``), the server log (``engines/process.py``), the
+failure a log yields (``engines/vllm_log.py``), run.log and the screen
+(``cli/_run_output.py``, ``cli/_common.py``) and the request records artifact.
+
+What counts as a secret:
+
+- the value of a flag or key whose name says so (``--api-key X``, ``api_key: X``,
+  ``x-api-key: X``, ``VLLM_API_KEY=X``, ``hf_token``, ``...secret...``, ``password``),
+  eight characters or more (shorter words are prose: "api-key: keys are ...");
+- the shapes keys have whatever their context: ``sk-...`` (OpenAI, Anthropic),
+  ``hf_...`` (Hugging Face), ``Bearer ...``;
+- the value of any environment variable of this process whose name says so
+  (``VLLM_API_KEY``, ``HF_TOKEN``, ``ANTHROPIC_API_KEY``...), wherever it appears.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+REDACTED = "<redacted>"
+# vLLM 0.33's serve flags that carry a secret (vllm/entrypoints/common/startup.py redacts
+# the same fields from its own "non-default args" line), and where each belongs instead.
+SECRET_FLAGS: dict[str, str] = {
+    "api-key": "set VLLM_API_KEY in the environment instead",
+    "hf-token": "set HF_TOKEN in the environment instead",
+}
+MIN_SECRET_CHARS = 8  # a shorter value after "api-key:" is a word, not a key
+MIN_ENV_SECRET_CHARS = 8  # ANTHROPIC_API_KEY=dummy (a placeholder) is left alone
+
+_NAME = (
+    r"(?:api[-_]?key|hf[-_]?token|auth[-_]?token|access[-_]?token|bearer[-_]?token"
+    r"|secret|password|passwd|credentials?)"
+)
+SECRET_NAME = re.compile(_NAME, re.IGNORECASE)
+_VALUE = rf"[^\s'\",\]}}]{{{MIN_SECRET_CHARS},}}"
+_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    # --api-key VALUE, --api_key=VALUE (argv, argparse echoes)
+    (
+        re.compile(rf"(--[\w-]*{_NAME}[\w-]*(?:=|\s+)['\"]?)(?!-){_VALUE}", re.IGNORECASE),
+        rf"\1{REDACTED}",
+    ),
+    # api_key: VALUE, "x-api-key": "VALUE", 'api_key': ['VALUE'], VLLM_API_KEY=VALUE
+    (
+        re.compile(rf"([\w-]*{_NAME}[\w-]*['\"]?\s*[:=]\s*\[?\s*['\"]?){_VALUE}", re.IGNORECASE),
+        rf"\1{REDACTED}",
+    ),
+    (re.compile(r"(\bBearer\s+)[A-Za-z0-9._~+/=-]{8,}", re.IGNORECASE), rf"\1{REDACTED}"),
+    (re.compile(r"(?<![\w-])sk-[A-Za-z0-9_-]{20,}"), REDACTED),
+    (re.compile(r"(?<![\w-])hf_[A-Za-z0-9]{20,}"), REDACTED),
+)
+
+
+def _environment_secrets() -> list[str]:
+    """Values of this process's environment variables whose names say they are secret."""
+    found = {
+        value
+        for name, value in os.environ.items()
+        if SECRET_NAME.search(name) and len(value) >= MIN_ENV_SECRET_CHARS
+    }
+    return sorted(found, key=len, reverse=True)  # a key containing another goes first
+
+
+def redact(text: str) -> str:
+    """``text`` with every secret-looking value replaced by ``REDACTED``."""
+    for secret in _environment_secrets():
+        text = text.replace(secret, REDACTED)
+    for pattern, replacement in _PATTERNS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def redact_json(value: Any) -> Any:
+    """A JSON-like value (dicts, lists, strings) with ``redact`` applied to every string,
+    dict keys included."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {redact_json(key): redact_json(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_json(item) for item in value]
+    return value
+
+
+def redact_file(path: Path) -> None:
+    """Rewrite a text file with its secrets redacted (unchanged files are not rewritten)."""
+    try:
+        text = path.read_bytes().decode("utf-8", errors="replace")
+    except OSError:
+        return
+    cleaned = redact(text)
+    if cleaned != text:
+        path.write_text(cleaned, encoding="utf-8")
+
+
+def secret_flag(name: str) -> str | None:
+    """Where a secret-bearing flag's value belongs instead, when ``name`` is one in any
+    spelling (``api_key``, ``--api-key``, ``api-key=sk-...``, an argparse prefix such as
+    ``api-ke``), else None."""
+    spelled = name.strip().lstrip("-").lower().replace("_", "-")
+    canonical = re.split(r"[=\s.]", spelled, maxsplit=1)[0]
+    for flag, instead in SECRET_FLAGS.items():
+        if canonical == flag or (len(canonical) >= 5 and flag.startswith(canonical)):
+            return instead
+    if SECRET_NAME.search(canonical):
+        return "pass secrets through the environment instead"
+    return None
+
+
+def looks_secret(text: str) -> bool:
+    """Whether ``text`` holds something ``redact`` would remove, or a secret flag."""
+    return redact(text) != text or re.search(rf"--[\w-]*{_NAME}", text, re.IGNORECASE) is not None
