@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from autotune.errors import AutotuneError, InputError
+from autotune.redaction import redact
 from autotune.replay.load import LoadSpec
 
 LOAD_DEFAULTS = LoadSpec()  # the load options of run, try and replay default to LoadSpec's
@@ -67,7 +68,9 @@ def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
             if os.environ.get("AUTOTUNE_DEBUG"):
                 raise
             message = format_validation_error(exc) if isinstance(exc, ValidationError) else str(exc)
-            error_console().print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+            error_console().print(
+                f"[red]error:[/red] {redact(message)}", highlight=False, soft_wrap=True
+            )
             sys.exit(2)
 
     return wrapper

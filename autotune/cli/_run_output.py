@@ -18,6 +18,7 @@ from rich.table import Table
 
 from autotune.cli.progress import Best, FanOut, PlainProgress, RichProgress, Tally
 from autotune.errors import InputError
+from autotune.redaction import redact
 from autotune.results.reader import LoadedStudy, TrialRow
 from autotune.trial.objective import METRIC_NAMES, ObjectiveName
 from autotune.tuner.record import TunerStudyRecord
@@ -28,7 +29,8 @@ LATENCIES = (("p95 TTFT", "ttft_p95_s", "ttft_p95"), ("p95 TPOT", "tpot_p95_s", 
 
 
 class RunOutput:
-    """stdout plus the log file: ``say`` prints to both, ``observer`` shows progress."""
+    """stdout plus the log file: ``say`` prints to both, ``observer`` shows progress.
+    Every line is redacted of secrets first, on the screen as in the file."""
 
     def __init__(self, out: Console, log_path: Path) -> None:
         self.out = out
@@ -45,14 +47,15 @@ class RunOutput:
         self._stack.close()
 
     def say(self, markup: str, *, highlight: bool = False) -> None:
-        self.out.print(markup, highlight=highlight, soft_wrap=True)
+        self.out.print(redact(markup), highlight=highlight, soft_wrap=True)
         self.log_only(markup)
 
     def log_only(self, markup: str) -> None:
-        self.log.print(markup, highlight=False)
+        self.log.print(redact(markup), highlight=False)
         self._file.flush()
 
     def _plain_line(self, text: str) -> None:
+        text = redact(text)
         if not self.out.is_terminal:
             self.out.print(text, highlight=False, soft_wrap=True, markup=False)
             self.out.file.flush()

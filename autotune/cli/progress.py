@@ -17,6 +17,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 from rich.console import Console, Group
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -106,6 +107,16 @@ class Tally:
         return self.best.text(metric) if self.best else "best -"
 
 
+FAILURE_MESSAGE_CHARS = 200  # the engine's own line, on the trial's line
+
+
+def failure_text(record: TrialRecord) -> str:
+    """``: <the engine's own error line>`` for a server failure, else ""."""
+    if record.failure is None or not record.failure.message:
+        return ""
+    return f": {record.failure.message[:FAILURE_MESSAGE_CHARS]}"
+
+
 class PlainProgress:
     """A StudyObserver writing one plain line per phase and per finished trial to ``write``."""
 
@@ -151,6 +162,7 @@ class PlainProgress:
             outcome = f"{outcome}: {record.error}"
         value = trial.values[0] if trial.values and record.measured else None
         shown = f"{value:,.1f} {self.metric}" if value is not None else "no measurement"
+        shown += failure_text(record)
         if trial.state == TrialState.PRUNED and record.replay and record.replay.stopped_early:
             shown = record.replay.stopped_early
         flags = dict(record.config.flags) if record.config else {}
@@ -246,11 +258,12 @@ class RichProgress:
             outcome = f"{outcome} ({record.reason})"
         if trial.state != TrialState.COMPLETE and record.error:
             outcome = f"{outcome}: {record.error}"[:60]
+        outcome = (outcome + failure_text(record))[:60]
         value = trial.values[0] if trial.values else None
         shown = f"{value:,.1f}" if value is not None and record.measured else "-"
         wall = record.wall_s
         self.rows.append(
-            (str(trial.number), outcome, shown, f"{wall:.0f}s" if wall is not None else "")
+            (str(trial.number), escape(outcome), shown, f"{wall:.0f}s" if wall is not None else "")
         )
         self.phase = "done"
         self._refresh()

@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 from pydantic import ValidationError
+from rich.markup import escape
 from rich.table import Table
 
 from autotune.cli._common import (
@@ -47,6 +48,7 @@ from autotune.results.compare import study_plan
 from autotune.results.reader import LoadedStudy, TrialRow, load_study, study_names
 from autotune.study import StudySpec, completed_count, completed_trials, run_log_path, run_study
 from autotune.study.setup import RunOptions, prepare_study
+from autotune.study.verdict import stored_verdict
 from autotune.study.workers import gpu_groups, refuse_sqlite, run_workers
 from autotune.trial.objective import METRIC_NAMES, ObjectiveName
 from autotune.tuner.kv_bounds import kv_bound_warning
@@ -421,6 +423,11 @@ def run_with_output(
     loaded = load_study(spec.storage_url, spec.name)
     if summary:
         _finish(loaded, output)
+    verdict = stored_verdict(loaded.study)
+    if verdict is not None:  # the budget was not spent on trials that would all fail
+        output.say(f"[red]{escape(verdict.text())}[/red]")
+        output.say("Fix the space or the engine's setup, then run the same command again.")
+        sys.exit(1)
     checks = [row.replay.prompt_tokens_check for row in loaded.trials if row.replay]
     mismatched = [check for check in checks if check is not None and not check.ok]
     if mismatched:

@@ -30,6 +30,7 @@ from pathlib import Path
 from autotune.engines._watchdog import session_members
 from autotune.engines.vllm_log import AUTOTUNE_LINE_PREFIX
 from autotune.errors import EngineError
+from autotune.redaction import redact, redact_file
 
 INTERRUPT_GRACE_S = 5.0  # vLLM exits within ~2 s of SIGINT, its group within ~3 s
 TERMINATE_GRACE_S = 3.0
@@ -118,7 +119,8 @@ class ServerProcess:
         """Start ``argv`` in a new session; output goes to ``log_path`` (truncated).
 
         ``preamble`` lines are written first, each prefixed ``# autotune: `` (the
-        failure classifier skips them).
+        failure classifier skips them), secrets redacted; the server's own lines are
+        redacted once it is stopped and none of its processes can write any more.
         Raises ``EngineError`` when the executable cannot be started at all.
         """
         # Python's fork hooks run for a preexec_fn; a Ctrl-C meanwhile is raised once the
@@ -126,7 +128,7 @@ class ServerProcess:
         with interrupt_after_forks():
             log_path.parent.mkdir(parents=True, exist_ok=True)
             with log_path.open("wb") as log_file:
-                header = "".join(f"{AUTOTUNE_LINE_PREFIX}{line}\n" for line in preamble)
+                header = "".join(f"{AUTOTUNE_LINE_PREFIX}{redact(line)}\n" for line in preamble)
                 log_file.write(header.encode())
                 log_file.flush()
                 try:
@@ -245,6 +247,7 @@ class ServerProcess:
         survivors = self.members()
         if survivors:
             raise EngineError(f"server session {self.pid} survived SIGKILL: pids {survivors}")
+        redact_file(self.log_path)  # the artifact and the runs dir keep no key it echoed
         return self.exit_code()
 
 

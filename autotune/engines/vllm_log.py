@@ -15,6 +15,7 @@ from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
+from autotune.redaction import redact
 from autotune.sim.model.units import GIB
 from autotune.vocabulary import Failure, FailureClass, StartupReport
 
@@ -253,14 +254,15 @@ def classify_failure(
     ``exit_code`` is None while the process still runs (for a startup, that means the
     launcher gave up waiting: a hang). ``health_status`` 503 means the engine is dead.
     The exit code alone is never trusted: vLLM may exit 0 after an engine death.
+    Secrets in the log (a key a server echoed) are redacted from the message and excerpt.
     """
     lines = _server_lines(log_text)
 
     def failure(failure_class: FailureClass, hit: _Hit | None, message: str = "") -> Failure:
         return Failure(
             failure_class=failure_class,
-            message=hit.message if hit else message,
-            log_excerpt=_excerpt(lines, hit.line_index) if hit else _tail(lines),
+            message=redact(hit.message if hit else message),
+            log_excerpt=redact(_excerpt(lines, hit.line_index) if hit else _tail(lines)),
             exit_code=exit_code,
         )
 
@@ -311,7 +313,7 @@ def fatal_line(text: str, *, phase: Phase) -> str | None:
         patterns += [_STARTUP_HANG, _STARTUP_FATAL]
     for pattern in patterns:
         if hit := _find(pattern, lines):
-            return hit.message
+            return redact(hit.message)
     return None
 
 

@@ -12,6 +12,7 @@ import optuna
 from autotune import __version__
 from autotune.config.space import SearchSpace
 from autotune.errors import InputError, StudyMismatchError
+from autotune.redaction import redact_json
 from autotune.study.spec import StudySpec, prunes
 from autotune.trial.pruning import BelowBestPruner
 from autotune.tuner.session import Tuner
@@ -142,7 +143,7 @@ def create_or_resume(
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         study.set_metric_names(spec.goal.metric_names)
     for key, value in study_attrs(spec, engine_version).items():
-        study.set_user_attr(key, value)
+        study.set_user_attr(key, redact_json(value))
     return study
 
 

@@ -1,5 +1,6 @@
 """The study loop: trials until ``--trials`` are counted or time is up, the baseline
-first, the tuner's seeds and confirmations inside the budget, workers joining."""
+first, the tuner's seeds and confirmations inside the budget, workers joining; a run
+whose first launches all fail the same way stops there (``verdict.py``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Callable
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.redaction import redact_json
 from autotune.study.create import check_resumable, create_or_resume
 from autotune.study.runner import TrialRunner
 from autotune.study.spec import StudyObserver, StudySpec
@@ -18,6 +20,7 @@ from autotune.study.storage import (
     open_storage,
     storage_write_errors,
 )
+from autotune.study.verdict import VERDICT_ATTR, SameFailureWatch
 from autotune.trial.record import TrialRecord, outcome_text
 from autotune.tuner.reach import out_of_reach
 from autotune.tuner.session import Tuner
@@ -44,7 +47,9 @@ def run_study(spec: StudySpec, *, observer: StudyObserver | None = None) -> optu
     if spec.join:
         return _join(spec, study, engine_version, observer, tuner)
     if spec.run_options is not None:  # the latest run's options: what workers join with
-        study.set_user_attr("run_options", spec.run_options)
+        study.set_user_attr("run_options", redact_json(spec.run_options))
+    if study.user_attrs.get(VERDICT_ATTR):  # an earlier run's: this one judges afresh
+        study.set_user_attr(VERDICT_ATTR, None)
     if spec.sampler != "grid":  # GridSampler ignores enqueued points; it meets the baseline
         baseline = spec.space.baseline_params(engine_version)
         study.enqueue_trial(
@@ -62,7 +67,8 @@ def run_study(spec: StudySpec, *, observer: StudyObserver | None = None) -> optu
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             optuna.storages.fail_stale_trials(study)
     runner = TrialRunner(spec, study, engine_version, observer, tuner)
-    callbacks = [runner.between_trials.trial_ended, *_callbacks(spec, observer)]
+    watch = SameFailureWatch(study)
+    callbacks = [runner.between_trials.trial_ended, watch, *_callbacks(spec, observer)]
     # FAIL trials (our own errors) do not count towards n_trials, but a run of
     # them must not loop forever: attempts are capped.
     max_attempts = None if remaining is None else 2 * remaining + 5
@@ -75,7 +81,8 @@ def run_study(spec: StudySpec, *, observer: StudyObserver | None = None) -> optu
                 callbacks=callbacks,
                 catch=(Exception,),
             )
-        if spec.n_trials is None and tuner.confirm_slots:  # a timed run: re-measure after it
+        timed = spec.n_trials is None and watch.verdict is None
+        if timed and tuner.confirm_slots:  # a timed run: re-measure after it
             tuner.closing = True
             study.optimize(
                 runner, n_trials=tuner.confirm_slots, callbacks=callbacks, catch=(Exception,)
@@ -119,7 +126,7 @@ def _join(
             runner,
             n_trials=None if remaining is None else 2 * remaining + 5,
             timeout=spec.timeout_s,
-            callbacks=[runner.between_trials.trial_ended, *callbacks],
+            callbacks=[runner.between_trials.trial_ended, SameFailureWatch(study), *callbacks],
             catch=(Exception,),
         )
     return study

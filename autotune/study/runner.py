@@ -16,6 +16,7 @@ from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 from optuna.trial import TrialState
 
 from autotune.config.trial_config import TrialConfig
+from autotune.redaction import redact_file
 from autotune.replay.load_policy import Progress
 from autotune.replay.stats import records_frame
 from autotune.study.between_trials import BetweenTrials
@@ -199,6 +200,7 @@ class TrialRunner:
             with tempfile.TemporaryDirectory() as tmp:
                 path = Path(tmp) / "requests.csv"
                 records_frame(result.records).to_csv(path, index=False)
+                redact_file(path)  # a server's error text may quote a header
                 upload_artifact(
                     artifact_store=self.artifacts,
                     file_path=str(path),

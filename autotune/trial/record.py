@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_fie
 
 from autotune.config.trial_config import TrialConfig
 from autotune.errors import InputError
+from autotune.redaction import redact_json
 from autotune.replay.records import ReplayStats
 from autotune.vocabulary import (
     MEASURED_OUTCOMES,
@@ -115,8 +116,9 @@ class TrialRecord(BaseModel):
         return None
 
     def attrs(self) -> dict[str, Any]:
-        """The user attrs to store: the fields set on this record, JSON-ready, and ``measured``."""
-        return self.model_dump(mode="json", exclude_unset=True)
+        """The user attrs to store: the fields set on this record, JSON-ready, and ``measured``;
+        any secret-looking text redacted (a study keeps no key)."""
+        return redact_json(self.model_dump(mode="json", exclude_unset=True))
 
     def write(self, trial: _AttrTarget) -> None:
         """Store the fields set on this record as user attrs of ``trial`` (the one writer)."""

@@ -16,8 +16,12 @@ import sys
 from pathlib import Path
 
 import httpx
+import optuna
 import pytest
 
+from autotune.redaction import REDACTED
+from autotune.sim.server.faults import FAULT_SCHEDULE_ENV
+from autotune.trial.record import TrialRecord
 from tests.e2e.conftest import (
     REPO,
     SIM_ARGS,
@@ -129,3 +133,42 @@ def test_an_api_key_in_a_space_is_refused_before_anything_is_stored(tmp_path: Pa
     assert f"{space}:" in run.stderr and "VLLM_API_KEY" in run.stderr
     assert len(run.stderr.strip().splitlines()) == 1
     assert files_holding(tmp_path, SECRET) == [space]
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize(
+    "variable", ["VLLM_API_KEY", "PLUGIN_SETTING"], ids=["a-key-variable", "a-key-shaped-value"]
+)
+def test_a_key_a_server_echoes_is_redacted_in_every_log_attr_and_the_screen(
+    tmp_path: Path, variable: str
+) -> None:
+    """The simulator's --fault-env-error fails each start with a ValueError quoting the
+    variable: the key reaches the log by itself, then the failure, the trial's line and the
+    study. ``VLLM_API_KEY`` is redacted by its name, ``PLUGIN_SETTING`` by the key's shape."""
+    schedule = tmp_path / "faults.txt"
+    schedule.write_text(f"--fault-env-error {variable}\n" * 3)
+    args = [
+        "run", "--workload", str(REPO / "workloads" / "sample-claudecode.jsonl"),
+        "--engine", "sim", "--hardware", "rtx4080s-32g", "--model", SIM_ARGS[0],
+        "--space", str(FITS_SPACE), "--storage", f"sqlite:///{tmp_path / 'autotune.db'}",
+        "--study", "echo", "--sampler", "random", "--warm-start", "0", "--confirm", "0",
+        "--no-dedup", "--time-scale", "200", "--max-requests", "4", "--trials", "5",
+    ]  # fmt: skip
+    env = {**os.environ, variable: SECRET, FAULT_SCHEDULE_ENV: str(schedule), "COLUMNS": "200"}
+    run = subprocess.run(
+        autotune_argv(*args), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=200
+    )
+    screen = run.stdout + run.stderr
+    (tmp_path / "run.out").write_text(screen)
+    assert run.returncode == 1, screen  # three identical failures: the run stops
+    echoed = f"invalid setting {variable}='{REDACTED}'"
+    assert screen.count(echoed) >= 4, screen  # each trial's line and the verdict
+    run_log = next(tmp_path.glob("runs/*/run.log")).read_text()
+    assert echoed in run_log
+    server_logs = sorted(tmp_path.glob("runs/*/trial-*/server.log"))
+    assert len(server_logs) == 3 and all(echoed in p.read_text() for p in server_logs)
+    study = optuna.load_study(study_name="echo", storage=f"sqlite:///{tmp_path / 'autotune.db'}")
+    failures = [TrialRecord.read(t.user_attrs).failure for t in study.trials]
+    assert [f.message for f in failures if f] == [f"ValueError: {echoed}"] * 3
+    assert files_holding(tmp_path, SECRET) == []  # database, artifacts, logs, screen
+    assert processes_in(tmp_path) == []

@@ -40,6 +40,9 @@ class FaultConfig(BaseModel):
     malformed_sse_rate: float = Field(default=0.0, ge=0.0, le=1.0)
     never_stream: bool = False  # /health answers, generation requests never do
     gpu_memory_held_bytes: int = Field(default=0, ge=0)  # a previous trial not yet gone
+    # At startup, fail with a ValueError quoting this environment variable's value (a plugin
+    # that rejects its settings and echoes them): how a key can reach a log by itself.
+    env_error: str | None = None
 
 
 class FaultInjector:

@@ -275,6 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--fault-malformed-sse-rate", type=_fraction, default=0.0)
     sim.add_argument("--fault-never-stream", action="store_true")
     sim.add_argument("--fault-gpu-memory-held", type=human_readable_int, default=0)
+    sim.add_argument("--fault-env-error", default=None, metavar="NAME")
     return parser
 
 
@@ -353,6 +354,7 @@ def parse_serve_args(argv: list[str], *, environ: dict[str, str] | None = None) 
             malformed_sse_rate=ns.fault_malformed_sse_rate,
             never_stream=ns.fault_never_stream,
             gpu_memory_held_bytes=ns.fault_gpu_memory_held,
+            env_error=ns.fault_env_error,
         )
     except ValidationError as exc:
         parser.error(repr(exc))
@@ -414,6 +416,7 @@ _SIM_ONLY = frozenset(
         "fault_malformed_sse_rate",
         "fault_never_stream",
         "fault_gpu_memory_held",
+        "fault_env_error",
         "api_key",  # vLLM logs it; we never log keys
     }
 )

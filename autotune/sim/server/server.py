@@ -109,6 +109,11 @@ async def _run(args: ServeArgs, log: VllmLog, sock: socket.socket) -> int:
         memory, rejection = None, str(exc)
     startup = StartupSequence(args, log, model=model, gpu=gpu, memory=memory)
     await startup.api_process()
+    if args.faults.env_error is not None:
+        name = args.faults.env_error
+        error = f"ValueError: invalid setting {name}={os.environ.get(name, '')!r}"
+        log.raw(logs.traceback_text(logs.CONFIG_FRAMES, error))
+        return 1
     if memory is None:
         startup.rejected(rejection)
         return 1
