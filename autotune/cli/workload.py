@@ -216,6 +216,8 @@ def slice_(
     )
     for line in report.lines():
         console().print(line, highlight=False, soft_wrap=True)
+    if not sliced.requests:  # an empty workload replays nothing: say so, write nothing
+        raise InputError(f"{path}: {report.nothing_kept()}")
     _write(sliced, out or path.with_suffix(".slice.jsonl"))
 
 

@@ -164,10 +164,12 @@ def preflight(
             f"the {block}-token block (set --max-model-len to fix it)."
         )
     doomed: set[int] = set()
+    too_long: set[int] = set()
     for what, limit in limits:
         over = [i for i, need in enumerate(needs) if need > limit]
         if over:
             doomed.update(over)
+            too_long.update(over)
             lines.append(f"{len(over)} of {len(requests)} requests are longer than {what}.")
         else:
             lines.append(f"Every request fits {what}.")
@@ -189,8 +191,7 @@ def preflight(
         raise PreflightFailed(
             lines,
             f"pre-flight: {len(doomed)} of {len(requests)} requests cannot run on any config of "
-            f"this space; shorten the workload (autotune workload slice --max-context N) or raise "
-            "--max-error-rate",
+            f"this space; {_advice(requests, too_long, set(unserved), limits)}",
         )
     if doomed:
         lines.append(
@@ -198,6 +199,56 @@ def preflight(
             f"{max_error_rate:g})."
         )
     return Preflight(lines=tuple(lines), max_model_len=max_model_len)
+
+
+def _advice(
+    requests: Sequence[PlannedRequest],
+    too_long: set[int],
+    unserved: set[int],
+    limits: list[tuple[str, int]],
+) -> str:
+    """What to do about the requests that cannot run: the ``workload slice --max-context``
+    value that keeps those that can (in the file's own counts, prompt + output, as slice
+    counts), when there is one."""
+    if not too_long:
+        return "drop the requests for endpoints it does not serve, or raise --max-error-rate"
+    by_id = {request.id: request for request in requests}
+    keep_need: dict[str, int] = {}
+
+    def need_to_keep(request_id: str) -> int:
+        # Slice keeps a request when it fits and not every request it waits on was dropped.
+        if request_id not in keep_need:
+            request = by_id[request_id]
+            need = request.prompt_tokens + request.output_tokens
+            deps = [dep for dep in request.after if dep in by_id]
+            if deps:
+                need = max(need, min(need_to_keep(dep) for dep in deps))
+            keep_need[request_id] = need
+        return keep_need[request_id]
+
+    runnable = [i for i in range(len(requests)) if i not in too_long and i not in unserved]
+    if not runnable:
+        shortest = min(requests[i].prompt_tokens + requests[i].output_tokens for i in too_long)
+        what, limit = min(limits, key=lambda item: item[1])
+        return (
+            f"no request fits {what}: the shortest needs {shortest:,} tokens, more than "
+            f"{limit:,}; slicing cannot help: a larger KV pool (the space), a GPU with more "
+            "memory or a model with a longer context can"
+        )
+    first_doomed = min(need_to_keep(requests[i].id) for i in too_long)
+    # Below that every request kept fits; the largest of theirs keeps the same ones.
+    kept = [i for i in runnable if need_to_keep(requests[i].id) < first_doomed]
+    cut = max((need_to_keep(requests[i].id) for i in kept), default=0)
+    note = ""
+    if not kept:  # a request that fits counts more in the file than one that does not
+        cut = max(need_to_keep(requests[i].id) for i in runnable)
+        kept = [i for i in runnable if need_to_keep(requests[i].id) <= cut]
+        still = sum(1 for i in too_long if need_to_keep(requests[i].id) <= cut)
+        note = f" (and {still} that still cannot: raise --max-error-rate for them)"
+    return (
+        f"autotune workload slice --max-context {cut} keeps {len(kept)} of the "
+        f"{len(runnable)} that can run{note}, or raise --max-error-rate"
+    )
 
 
 class PreflightFailed(InputError):

@@ -14,6 +14,7 @@ from autotune.errors import WorkloadError
 from autotune.workload.io import Workload, read_workload
 from autotune.workload.plan import Message, PlannedRequest, WorkloadPlan
 from autotune.workload.schema import (
+    MAX_TOKENS,
     BlocksInput,
     DeltaInput,
     FullInput,
@@ -85,7 +86,7 @@ class _Expander:
         self.segment_lengths: dict[tuple[str, int], set[int]] = {}
 
     def where(self, record: RequestRecord) -> str:
-        return f"request {record.id!r}"
+        return self.workload.where(record.id)
 
     def scope(self, record: RequestRecord, part_scope: str | None) -> str:
         scope = part_scope or self.header.hash_scope
@@ -159,6 +160,14 @@ class _Expander:
             arrival_s = max((self.built[dep].arrival_s for dep in deps), default=0.0)
             arrival_s += record.gap_s
         output = record.output
+        prompt_tokens = system_tokens + sum(counts)
+        if prompt_tokens + output.tokens > MAX_TOKENS:  # a delta chain's history adds up
+            field = "input" if prompt_tokens > MAX_TOKENS else "output.tokens"
+            raise WorkloadError(
+                f"{self.where(record)}: {field}: the context, {prompt_tokens:,} prompt and "
+                f"{output.tokens:,} output tokens, is past the bound of {MAX_TOKENS:,} (the "
+                "longest context any model takes)"
+            )
         response_text = output.text
         if response_text is None:
             response_text = self.synth.text(f"out:{record.id}", output.tokens)
@@ -175,7 +184,7 @@ class _Expander:
             endpoint=record.endpoint or self.header.endpoint,
             system=system,
             messages=messages,
-            prompt_tokens=system_tokens + sum(counts),
+            prompt_tokens=prompt_tokens,
             output_tokens=output.tokens,
             exact_output=output.exact,
         )

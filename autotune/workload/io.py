@@ -35,6 +35,15 @@ class Workload:
     requests: list[RequestRecord]
     digest: str = ""  # sha256 of the file bytes ("" when built in memory)
     skipped: list[str] = field(default_factory=list)  # "LINE: reason" of dropped lines
+    path: Path | None = None  # the file it was read from (None when built in memory)
+    request_lines: dict[str, int] = field(default_factory=dict)  # request id -> line number
+
+    def where(self, request_id: str) -> str:
+        """``FILE:LINE`` of a request read from a file, else ``request 'ID'``."""
+        line = self.request_lines.get(request_id)
+        if self.path is None or line is None:
+            return f"request {request_id!r}"
+        return f"{self.path}:{line}"
 
     def records(self) -> list[Header | PrefixRecord | RequestRecord]:
         """Header, then each prefix just before its first use, then requests."""
@@ -50,17 +59,24 @@ class Workload:
 
 _RECORD_TAGS = {"header", "prefix", "request"}
 _INPUT_TAGS = {"delta", "full", "blocks"}
+# What a value that is there fails as when it is tried against the union member it is not
+# (a synthetic part against TextPart): the error worth showing is another one.
+_UNION_MISMATCH = {"missing", "extra_forbidden", "string_type", "list_type", "model_type"}
 
 
 def _field_error(exc: ValidationError) -> str:
-    """``field.path: message`` of the first error, without discriminator tags in the path."""
-    first = exc.errors()[0]
+    """``field.path: message`` of the error that explains the line, without discriminator
+    tags or union members (``str``, ``list[...]``, ``SynthPart``) in the path."""
+    errors = exc.errors()
+    first = next((e for e in errors if e["type"] not in _UNION_MISMATCH), errors[0])
     parts = [str(part) for part in first["loc"]]
     if parts and parts[0] in _RECORD_TAGS:
         parts = parts[1:]
     if len(parts) > 1 and parts[0] == "input" and parts[1] in _INPUT_TAGS:
         del parts[1]
-    return f"{'.'.join(parts) or '(root)'}: {first['msg']}"
+    parts = [p for p in parts if p != "str" and not p.startswith("list[") and not p[0].isupper()]
+    message = first["msg"].removeprefix("Value error, ")  # our validators' own words
+    return f"{'.'.join(parts) or '(root)'}: {message}"
 
 
 def _check_header(header: Header, where: str) -> None:
@@ -92,6 +108,7 @@ def _read_lines(path: Path, handle: BinaryIO, skip_invalid: bool) -> Workload:
     header: Header | None = None
     prefixes: dict[str, PrefixRecord] = {}
     requests: dict[str, RequestRecord] = {}
+    request_lines: dict[str, int] = {}
     skipped: list[str] = []
     for number, line in enumerate(handle, 1):
         digest.update(line)
@@ -115,13 +132,22 @@ def _read_lines(path: Path, handle: BinaryIO, skip_invalid: bool) -> Workload:
             else:
                 _check_references(record, where, prefixes, requests)
                 requests[record.id] = record
+                request_lines[record.id] = number
         except WorkloadError as exc:
             if header is None or not skip_invalid:
                 raise
             skipped.append(f"{number}: {str(exc).removeprefix(where + ': ')}")
     if header is None:
         raise WorkloadError(f"{path}:1: header: empty workload file")
-    return Workload(header, prefixes, list(requests.values()), digest.hexdigest(), skipped)
+    return Workload(
+        header,
+        prefixes,
+        list(requests.values()),
+        digest.hexdigest(),
+        skipped,
+        path=path,
+        request_lines=request_lines,
+    )
 
 
 def _parse_line(raw: str, where: str) -> Header | PrefixRecord | RequestRecord:

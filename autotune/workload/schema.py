@@ -15,13 +15,17 @@ docs/workload-format.md for the full description; in short:
 Content is a list of parts, each either literal (``{"text": ...}``) or
 synthetic (``{"tokens": N, "hash_ids": [...]}``): synthetic text is
 deterministic, so identical hash ids give identical text on every replay.
+
+Every count is bounded when a line is read (``TokenCount``, ``Seconds``): a count
+past the bound is a typo or a corrupt file, and building its text would need
+terabytes (a 1e12-token output was a MemoryError deep in the expansion).
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from autotune.workload.plan import Endpoint
 
@@ -32,6 +36,33 @@ DEFAULT_ENDPOINT: Endpoint = "openai.chat"
 
 Role = Literal["system", "user", "assistant"]
 HashScope = Literal["global", "session"]
+
+# The longest context any served model takes is 10M tokens (Llama 4 Scout), 50x Claude
+# Code's 200k: no real prompt, output or block is longer, and no request's context
+# (prompt + output, checked when the file is expanded).
+MAX_TOKENS = 10_000_000
+# Recorded offsets and gaps: traces span hours or days; a year is no recording.
+MAX_SECONDS = 366 * 86_400
+
+
+def _at_most_max_tokens(count: int) -> int:
+    if count > MAX_TOKENS:
+        raise ValueError(
+            f"{count:,} is past the bound of {MAX_TOKENS:,} (the longest context any model "
+            "takes, in tokens): a typo or a corrupt file?"
+        )
+    return count
+
+
+def _at_most_max_seconds(seconds: float) -> float:
+    if seconds > MAX_SECONDS:
+        raise ValueError(f"{seconds:g} s is longer than any recording (at most {MAX_SECONDS:,} s)")
+    return seconds
+
+
+TokenCount = Annotated[int, AfterValidator(_at_most_max_tokens)]  # counts, token or block
+Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False), AfterValidator(_at_most_max_seconds)]
+HashIds = Annotated[list[int], Field(max_length=MAX_TOKENS)]  # a block holds a token or more
 
 
 class _Record(BaseModel):
@@ -53,8 +84,8 @@ class SynthPart(_Record):
     hash scope (``global``: ids are comparable across sessions).
     """
 
-    tokens: int = Field(ge=1)
-    hash_ids: list[int] | None = None
+    tokens: TokenCount = Field(ge=1)
+    hash_ids: HashIds | None = None
     scope: HashScope | None = None
 
 
@@ -79,7 +110,7 @@ class Header(_Record):
     version: int
     name: str | None = None
     token_space: str = "words"  # the tokenizer the recorded counts are in
-    block_size: int = Field(default=DEFAULT_BLOCK_SIZE, ge=1)  # tokens per hash id
+    block_size: TokenCount = Field(default=DEFAULT_BLOCK_SIZE, ge=1)  # tokens per hash id
     hash_scope: HashScope = "session"
     endpoint: Endpoint = DEFAULT_ENDPOINT
     seed: int = 0  # mixed into every synthetic block
@@ -101,7 +132,7 @@ class DeltaInput(_Record):
 
     mode: Literal["delta"] = "delta"
     append: list[WireMessage] = Field(min_length=1)
-    keep_messages: int | None = Field(default=None, ge=0)
+    keep_messages: TokenCount | None = Field(default=None, ge=0)
 
 
 class FullInput(_Record):
@@ -120,9 +151,9 @@ class BlocksInput(_Record):
     """
 
     mode: Literal["blocks"] = "blocks"
-    hash_ids: list[int] = Field(min_length=1)
-    tokens: int = Field(ge=1)
-    system_blocks: int = Field(default=0, ge=0)
+    hash_ids: HashIds = Field(min_length=1)
+    tokens: TokenCount = Field(ge=1)
+    system_blocks: TokenCount = Field(default=0, ge=0)
 
 
 class Output(_Record):
@@ -132,7 +163,7 @@ class Output(_Record):
     holds deterministic synthetic text of exactly ``tokens`` tokens.
     """
 
-    tokens: int = Field(ge=1)
+    tokens: TokenCount = Field(ge=1)
     exact: bool = True
     text: str | None = None
 
@@ -154,13 +185,13 @@ class RequestRecord(_Record):
     thread: str = "main"
     parent: str | None = None
     after: list[str] | None = None
-    gap_s: float = Field(default=0.0, ge=0)
-    t_s: float | None = Field(default=None, ge=0)
+    gap_s: Seconds = 0.0
+    t_s: Seconds | None = None
     endpoint: Endpoint | None = None
     prefix: str | None = None
     input: Input
     output: Output
-    input_tokens: int | None = Field(default=None, ge=0)  # recorded, informational
+    input_tokens: TokenCount | None = Field(default=None, ge=0)  # recorded, informational
     expect: dict[str, object] | None = None  # recorded measurements, never drive replay
 
     @model_validator(mode="after")

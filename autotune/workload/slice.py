@@ -24,12 +24,31 @@ from autotune.workload.tokenizer import Tokenizer, WordTokenizer
 
 @dataclass
 class SliceReport:
-    """Requests kept and dropped (by reason)."""
+    """Requests kept and dropped (by reason); of the input, the longest request (id,
+    prompt + output tokens) and the one the smallest --max-context keeps (id, that value)."""
 
     kept: int = 0
     dropped: Counter[str] = field(default_factory=Counter)
     sessions_kept: int = 0
     sessions_dropped: int = 0
+    longest: tuple[str, int] | None = None
+    first_kept: tuple[str, int] | None = None
+
+    def nothing_kept(self) -> str:
+        """Why a slice kept no request, and what would keep one."""
+        why = ", ".join(f"{count} x {reason}" for reason, count in self.dropped.most_common())
+        text = f"the slice keeps no request ({why or 'the workload has none'})"
+        if self.longest is not None:
+            text += (
+                f"; the longest request, {self.longest[0]}, needs {self.longest[1]:,} tokens "
+                "(prompt + output)"
+            )
+        if self.first_kept is not None:
+            text += (
+                f"; --max-context {self.first_kept[1]} or more keeps {self.first_kept[0]} "
+                "and what it builds on"
+            )
+        return text
 
     def lines(self) -> list[str]:
         out = [
@@ -115,6 +134,22 @@ def _drop_reasons(
     return reasons
 
 
+def context_to_keep(workload: Workload, sizes: dict[str, _Size]) -> dict[str, int]:
+    """The smallest --max-context that keeps each request: its own prompt + output, and
+    what its parent needs (a delta builds on it) or the least any of its ``after`` needs
+    (it is dropped only when all of them are)."""
+    needs: dict[str, int] = {}
+    for record in workload.requests:
+        need = sizes[record.id].prompt_tokens + record.output.tokens
+        if record.parent is not None:
+            need = max(need, needs[record.parent])
+        deps = record.dependencies()
+        if deps:
+            need = max(need, min(needs[dep] for dep in deps))
+        needs[record.id] = need
+    return needs
+
+
 def _sessions_by_arrival(
     workload: Workload, sizes: dict[str, _Size], dropped: dict[str, str]
 ) -> list[str]:
@@ -142,6 +177,12 @@ def slice_workload(
         picked = set(_sessions_by_arrival(workload, sizes, reasons)[:sessions])
         reasons = _drop_reasons(workload, sizes, picked, max_context, duration_s)
     report = SliceReport()
+    if workload.requests:
+        totals = {r.id: sizes[r.id].prompt_tokens + r.output.tokens for r in workload.requests}
+        report.longest = max(totals.items(), key=lambda item: item[1])
+        if max_context is not None:
+            needs = context_to_keep(workload, sizes)
+            report.first_kept = min(needs.items(), key=lambda item: item[1])
     kept: list[RequestRecord] = []
     for record in workload.requests:
         if record.id in reasons:

@@ -188,3 +188,44 @@ def test_an_unknown_sim_model_for_a_real_engine_exits_2(tmp_path: Path, claude_c
     assert result.returncode == 2
     assert "unknown model 'qwen3-27b'" in result.stderr
     assert studies_in(tmp_path) == []
+
+
+@pytest.mark.timeout(300)
+def test_the_advised_max_context_slices_to_a_workload_the_preflight_accepts(
+    tmp_path: Path, claude_code: Path
+) -> None:
+    """Before: the advice said "--max-context N"; the value a user guessed could keep
+    nothing. Now it names the value, the slice keeps what it says, and the run starts."""
+    refused = in_process(tmp_path, *sim_run(claude_code, "--max-model-len", "65536"))
+    assert refused.returncode == 2
+    advice = re.search(
+        r"workload slice --max-context (\d+) keeps (\d+) of the (\d+) that can run", refused.stderr
+    )
+    assert advice, refused.stderr
+    value, keeps, runnable = (int(group) for group in advice.groups())
+    assert 0 < keeps <= runnable < 174
+    sliced = tmp_path / "sliced.jsonl"
+    cut = in_process(tmp_path, "workload", "slice", str(claude_code), str(sliced),
+                     "--max-context", str(value))  # fmt: skip
+    assert cut.returncode == 0, cut.stdout + cut.stderr
+    assert f"kept {keeps} requests" in cut.stdout
+    result = autotune(
+        tmp_path,
+        *sim_run(sliced, "--max-model-len", "65536", "--trials", "1", "--time-scale", "200",
+                 "--max-requests", "2", "--warm-start-budget", "2s"),
+        timeout=280,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Every request fits max-model-len 65,536 (fixed)." in " ".join(result.stdout.split())
+
+
+def test_when_no_request_fits_the_advice_is_not_to_slice(tmp_path: Path) -> None:
+    workload = tmp_path / "long.jsonl"
+    in_process(tmp_path, "workload", "gen", "fixed", "--requests", "2",
+               "--prompt-tokens", "300000", str(workload))  # fmt: skip
+    result = in_process(tmp_path, *sim_run(workload))
+    assert result.returncode == 2
+    assert "no request fits the model's native context (262,144): the shortest needs " in (
+        result.stderr
+    )
+    assert "slicing cannot help" in result.stderr and "--max-context" not in result.stderr
