@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import re
+import string
 from pathlib import Path
 from typing import Any
 
@@ -41,22 +42,34 @@ _NAME = (
     r"|secret|password|passwd|credentials?)"
 )
 SECRET_NAME = re.compile(_NAME, re.IGNORECASE)
-_VALUE = rf"[^\s'\",\]}}]{{{MIN_SECRET_CHARS},}}"
+# A value: up to a space, quote, comma, bracket or colon (the "field: message" after it);
+# one already redacted is left as it is.
+_VALUE = rf"(?!{REDACTED})[^\s'\",\]}}:]{{{MIN_SECRET_CHARS},}}"
 _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     # --api-key VALUE, --api_key=VALUE (argv, argparse echoes)
     (
         re.compile(rf"(--[\w-]*{_NAME}[\w-]*(?:=|\s+)['\"]?)(?!-){_VALUE}", re.IGNORECASE),
         rf"\1{REDACTED}",
     ),
-    # api_key: VALUE, "x-api-key": "VALUE", 'api_key': ['VALUE'], VLLM_API_KEY=VALUE
+    # api_key: VALUE, "x-api-key": "VALUE", 'api_key': ['VALUE'], VLLM_API_KEY=VALUE (from
+    # the name on: a leading [\w-]* would be tried at every character of a long log)
     (
-        re.compile(rf"([\w-]*{_NAME}[\w-]*['\"]?\s*[:=]\s*\[?\s*['\"]?){_VALUE}", re.IGNORECASE),
+        re.compile(rf"({_NAME}[\w-]*['\"]?\s*[:=]\s*\[?\s*['\"]?){_VALUE}", re.IGNORECASE),
         rf"\1{REDACTED}",
     ),
     (re.compile(r"(\bBearer\s+)[A-Za-z0-9._~+/=-]{8,}", re.IGNORECASE), rf"\1{REDACTED}"),
     (re.compile(r"(?<![\w-])sk-[A-Za-z0-9_-]{20,}"), REDACTED),
     (re.compile(r"(?<![\w-])hf_[A-Za-z0-9]{20,}"), REDACTED),
 )
+# Text no pattern can match without: only the lines holding one are searched (a server log
+# is megabytes of lines with none).
+_TRIGGERS = (
+    *(f"{a}{sep}{b}" for a, b in (("api", "key"), ("hf", "token"), ("auth", "token"),
+                                  ("access", "token"), ("bearer", "token")) for sep in "-_"),
+    "apikey", "hftoken", "authtoken", "accesstoken", "bearertoken",
+    "secret", "password", "passwd", "credential", "bearer", "sk-", "hf_",
+)  # fmt: skip
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)  # keeps length
 
 
 def _environment_secrets() -> list[str]:
@@ -73,9 +86,35 @@ def redact(text: str) -> str:
     """``text`` with every secret-looking value replaced by ``REDACTED``."""
     for secret in _environment_secrets():
         text = text.replace(secret, REDACTED)
-    for pattern, replacement in _PATTERNS:
-        text = pattern.sub(replacement, text)
-    return text
+    spans = _lines_with_triggers(text)
+    if not spans:
+        return text
+    pieces, done = [], 0
+    for start, end in spans:
+        line = text[start:end]
+        for pattern, replacement in _PATTERNS:
+            line = pattern.sub(replacement, line)
+        pieces += [text[done:start], line]
+        done = end
+    pieces.append(text[done:])
+    return "".join(pieces)
+
+
+def _lines_with_triggers(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each line of ``text`` holding a trigger, in order."""
+    lowered = text.lower()
+    if len(lowered) != len(text):  # a character that lowers to two (İ): offsets would drift
+        lowered = text.translate(_ASCII_LOWER)
+    starts: dict[int, int] = {}
+    for trigger in _TRIGGERS:
+        found = lowered.find(trigger)
+        while found != -1:
+            start = lowered.rfind("\n", 0, found) + 1
+            end = lowered.find("\n", found)
+            end = len(lowered) if end == -1 else end
+            starts[start] = end
+            found = lowered.find(trigger, end)
+    return sorted(starts.items())
 
 
 def redact_json(value: Any) -> Any:
