@@ -72,12 +72,18 @@ _TRIGGERS = (
 _ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)  # keeps length
 
 
+# GOOGLE_APPLICATION_CREDENTIALS_FILE, PASSWORD_STORE_DIR: where a secret is, not one.
+_PLACE_NAME = re.compile(r"_(?:PATH|FILE|DIR|HOME|URL|SOCK)$", re.IGNORECASE)
+
+
 def _environment_secrets() -> list[str]:
     """Values of this process's environment variables whose names say they are secret."""
     found = {
         value
         for name, value in os.environ.items()
-        if SECRET_NAME.search(name) and len(value) >= MIN_ENV_SECRET_CHARS
+        if SECRET_NAME.search(name)
+        and not _PLACE_NAME.search(name)
+        and len(value) >= MIN_ENV_SECRET_CHARS
     }
     return sorted(found, key=len, reverse=True)  # a key containing another goes first
 

@@ -50,8 +50,9 @@ def test_the_value_of_a_secret_named_variable_is_redacted_wherever_it_appears(
 ) -> None:
     monkeypatch.setenv("MY_SERVICE_TOKEN_SECRET", "plain-words-but-secret")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "dummy")  # a placeholder, too short to matter
-    text = "echo plain-words-but-secret and dummy"
-    assert redact(text) == f"echo {REDACTED} and dummy"
+    monkeypatch.setenv("PASSWORD_STORE_DIR", "/home/me/.password-store")  # a place, not one
+    text = "echo plain-words-but-secret and dummy in /home/me/.password-store"
+    assert redact(text) == f"echo {REDACTED} and dummy in /home/me/.password-store"
 
 
 def test_json_values_and_keys_are_redacted_and_files_rewritten(tmp_path: Path) -> None:

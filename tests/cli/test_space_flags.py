@@ -3,6 +3,7 @@ engine does not take. One line naming the file, line and field; exit 2; nothing 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from pathlib import Path
@@ -40,12 +41,8 @@ def run(tmp_path: Path, space_text: str, *extra: str) -> tuple[int, str, Path]:
             "--storage", f"sqlite:///{tmp_path / 'a.db'}", "--trials", "1", "--max-requests", "2",
             "--sampler", "random", "--warm-start", "0", "--confirm", "0", "--time-scale", "200",
             *extra]  # fmt: skip
-    cwd = Path.cwd()
-    os.chdir(tmp_path)  # the run's own files (studies/) would land here
-    try:
+    with contextlib.chdir(tmp_path):  # the run's own files (studies/) would land here
         result = CliRunner().invoke(app, args)
-    finally:
-        os.chdir(cwd)
     return result.exit_code, result.stderr, space
 
 
