@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from autotune.config.known_flags import sim_flags, vllm_flags
 from autotune.config.space import SEARCH_SPACES_DIR, check_flags, load_space
-from autotune.engines.known_flags import sim_flags, vllm_flags
 from autotune.engines.vllm_log import classify_failure
 from autotune.redaction import redact, redact_file
 from autotune.trial.record import TrialRecord

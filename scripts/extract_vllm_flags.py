@@ -4,11 +4,11 @@ Reads the wheel's source without importing vLLM (no torch needed): every
 ``add_argument("--...")`` in ``EngineArgs.add_cli_args`` / ``AsyncEngineArgs.add_cli_args``
 (vllm/engine/arg_utils.py) and ``make_arg_parser`` (vllm/entrypoints/common/cli_args.py),
 plus the fields of ``BaseFrontendArgs`` and ``FrontendArgs``, which that parser turns
-into flags one by one. The output is autotune/engines/data/vllm-<version>-flags.txt:
+into flags one by one. The output is autotune/config/data/vllm-<version>-flags.txt:
 
     pip download vllm==0.33.0 --no-deps --only-binary :all: -d /tmp/vllm
     python scripts/extract_vllm_flags.py /tmp/vllm/vllm-0.33.0-*.whl > \\
-        autotune/engines/data/vllm-0.33.0-flags.txt
+        autotune/config/data/vllm-0.33.0-flags.txt
 """
 
 from __future__ import annotations

@@ -92,7 +92,7 @@ def test_layering_holds_transitively(package: str, forbidden: str) -> None:
 # beside or above it (so no two packages import each other, even through a third).
 LAYERS = [
     ("vocabulary",),
-    ("errors", "defaults", "http_transport"),
+    ("errors", "defaults", "http_transport", "redaction"),
     ("workload",),
     ("replay",),
     ("sim.model",),

@@ -41,8 +41,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic_core import PydanticCustomError
 
 from autotune.config.derive import DERIVATIONS, DeriveContext
+from autotune.config.known_flags import KnownFlags
 from autotune.config.trial_config import FlagValue, TrialConfig
-from autotune.engines.known_flags import KnownFlags
 from autotune.errors import SpaceError
 from autotune.redaction import looks_secret, redact, secret_flag
 from autotune.sim.model.units import GIB

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from autotune.config.known_flags import known_flags
 from autotune.config.space import SearchSpace, check_flags, default_space_path, load_space
 from autotune.defaults import (
     DEFAULT_HEARTBEAT_S,
@@ -18,7 +19,6 @@ from autotune.defaults import (
     DEFAULT_TRIALS,
 )
 from autotune.engines import make_engine
-from autotune.engines.known_flags import known_flags
 from autotune.errors import InputError
 from autotune.replay.load import LoadSpec
 from autotune.results.reader import default_artifact_dir

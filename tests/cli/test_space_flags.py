@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from autotune.cli import app
+from autotune.config.known_flags import sim_flags, vllm_flags
 from autotune.config.space import check_flags, load_space
-from autotune.engines.known_flags import sim_flags, vllm_flags
 from autotune.errors import SpaceError
 
 REPO = Path(__file__).resolve().parents[2]
