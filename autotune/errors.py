@@ -4,6 +4,7 @@
     ├── InputError                bad user input (file, line, field named); CLI exit 2
     │   ├── WorkloadError         a workload file that cannot be read
     │   ├── SpaceError            a search-space file that cannot be read
+    │   ├── SettingsError         a tuner settings file or section that cannot be read
     │   └── StudyMismatchError    resuming a study with another space / workload
     ├── StorageError              a storage URL that cannot be opened
     ├── EngineError               the engine could not be driven (not a trial outcome)
@@ -37,6 +38,10 @@ class WorkloadError(InputError):
 
 class SpaceError(InputError):
     """A search-space file that cannot be read or validated."""
+
+
+class SettingsError(InputError):
+    """A ``--tuner FILE`` or a space's ``tuner:`` section that cannot be read or validated."""
 
 
 class StudyMismatchError(InputError):

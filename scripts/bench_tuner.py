@@ -75,7 +75,7 @@ from autotune.tuner.guide import _ENUMERATIONS, make_encoder
 from autotune.tuner.kv_bounds import largest_kv_pool_bytes, shaped
 from autotune.tuner.lattice import Candidate, config_key, ladder
 from autotune.tuner.predictor import SimOracle, predict_all
-from autotune.tuner.session import TunerSettings
+from autotune.tuner.settings import TunerSettings
 from autotune.vocabulary import Outcome
 from autotune.workload.gen import ChatParams, ClaudeCodeParams, chat, claudecode
 from autotune.workload.io import Workload, write_workload
@@ -448,30 +448,30 @@ STRATEGIES: dict[str, tuple[str, TunerSettings]] = {
     "default, no warm start": ("guided", TunerSettings(warm_start=0)),
     "default, no learning": ("guided", TunerSettings(learn=False)),
     "default, no confirmation": ("guided", TunerSettings(confirm=0)),
-    "default, no racing (duel)": ("guided", replace(DEFAULT, race=False, race_early=False)),
-    "default, no early racing": ("guided", replace(DEFAULT, race_early=False)),
-    "default, crown prior": ("guided", replace(DEFAULT, crown_prior=True)),
-    "default, no exploring tail": ("guided", replace(DEFAULT, explore_tail=False)),
-    "default, no dedup": ("guided", replace(DEFAULT, dedup=False)),
-    "default, recheck": ("guided", replace(DEFAULT, recheck=True)),
+    "default, no racing (duel)": ("guided", DEFAULT.replaced(race=False, race_early=False)),
+    "default, no early racing": ("guided", DEFAULT.replaced(race_early=False)),
+    "default, crown prior": ("guided", DEFAULT.replaced(crown_prior=True)),
+    "default, no exploring tail": ("guided", DEFAULT.replaced(explore_tail=False)),
+    "default, no dedup": ("guided", DEFAULT.replaced(dedup=False)),
+    "default, recheck": ("guided", DEFAULT.replaced(recheck=True)),
     # pruning is on or off by default (docs/benchmarks.md); the other way round:
     f"default, {'no pruning' if DEFAULT.prune else 'pruning'}": (
         "guided",
-        replace(DEFAULT, prune=not DEFAULT.prune),
+        DEFAULT.replaced(prune=not DEFAULT.prune),
     ),
     f"default, {'no refinement' if DEFAULT.refine else 'refinement'}": (
         "guided",
-        replace(DEFAULT, refine=not DEFAULT.refine),
+        DEFAULT.replaced(refine=not DEFAULT.refine),
     ),
-    "default, no recalibration": ("guided", replace(DEFAULT, recalibrate=False)),
-    "default, no local search": ("guided", replace(DEFAULT, local_search=0)),
-    "default, no overtaking": ("guided", replace(DEFAULT, overtake=False)),
-    "default, re-seed after recalibration": ("guided", replace(DEFAULT, reseed=True)),
+    "default, no recalibration": ("guided", DEFAULT.replaced(recalibrate=False)),
+    "default, no local search": ("guided", DEFAULT.replaced(local_search=0)),
+    "default, no overtaking": ("guided", DEFAULT.replaced(overtake=False)),
+    "default, re-seed after recalibration": ("guided", DEFAULT.replaced(reseed=True)),
     "default, no simulator (tpe)": ("tpe", DEFAULT),
 }
 STRATEGIES.update(  # the local search's budget, against the default's
     {
-        f"default, local search {n}": ("guided", replace(DEFAULT, local_search=n))
+        f"default, local search {n}": ("guided", DEFAULT.replaced(local_search=n))
         for n in (2, 8, 12)
         if n != DEFAULT.local_search
     }

@@ -5,9 +5,13 @@ Each sub-module owns one group of commands; this module only assembles them.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
+from autotune import __version__
 from autotune.cli import record, replay, results, run, sim, trial, worker, workload
+from autotune.engines.sim import SIM_ENGINE_VERSION
 
 app = typer.Typer(
     name="autotune",
@@ -15,6 +19,29 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        print(f"autotune {__version__} (simulator: {SIM_ENGINE_VERSION})")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="Print autotune's version and the simulator's engine version, and exit.",
+        ),
+    ] = False,
+) -> None:
+    """Find the fastest vLLM launch configuration for your GPU and your traffic."""
+
+
 run.register(app)  # run, show, studies
 trial.register(app)  # try
 results.register(app)  # export, compare, report, explain

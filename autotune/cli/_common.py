@@ -12,10 +12,12 @@ from typing import Annotated, ParamSpec, TypeVar
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 
-from autotune.errors import AutotuneError, InputError
+from autotune.errors import AutotuneError, InputError, StorageError
 from autotune.redaction import redact
 from autotune.replay.load import LoadSpec
+from autotune.study.storage import storage_url_of
 
 LOAD_DEFAULTS = LoadSpec()  # the load options of run, try and replay default to LoadSpec's
 MAX_GAP_DEFAULT = f"{LOAD_DEFAULTS.max_gap_s:g}s"
@@ -23,12 +25,26 @@ MAX_GAP_DEFAULT = f"{LOAD_DEFAULTS.max_gap_s:g}s"
 P = ParamSpec("P")
 R = TypeVar("R")
 
+
+def _storage_url(text: str) -> str:
+    """``--storage``'s value as a URL (a plain path is a SQLite file); bad input is one line."""
+    try:
+        return storage_url_of(text)
+    except StorageError as exc:
+        error_console().print(
+            f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True
+        )
+        raise typer.Exit(2) from None
+
+
 StorageOption = Annotated[
     str,
     typer.Option(
         "--storage",
         envvar="AUTOTUNE_STORAGE",
-        help="SQLAlchemy URL of the study storage (SQLite by default).",
+        callback=_storage_url,
+        help="Study storage: a SQLAlchemy URL (sqlite:///PATH, postgresql://USER@HOST/DB) or "
+        "a plain path of a SQLite file.",
     ),
 ]
 StudyOption = Annotated[
@@ -68,9 +84,8 @@ def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
             if os.environ.get("AUTOTUNE_DEBUG"):
                 raise
             message = format_validation_error(exc) if isinstance(exc, ValidationError) else str(exc)
-            error_console().print(
-                f"[red]error:[/red] {redact(message)}", highlight=False, soft_wrap=True
-            )
+            line = f"[red]error:[/red] {escape(redact(message))}"  # a message's [brackets] are text
+            error_console().print(line, highlight=False, soft_wrap=True)
             sys.exit(2)
 
     return wrapper

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from autotune.cli.progress import Best, FanOut, PlainProgress, RichProgress, Tally
@@ -105,7 +106,8 @@ def summary_lines(loaded: LoadedStudy) -> list[str]:
     """The end-of-run summary: best, gain, latency against the baseline, the command."""
     best = best_or_none(loaded)
     if best is None:
-        lines = ["[red]No feasible configuration yet[/red] (see `autotune show`)."]
+        show = escape(loaded.command("show"))
+        lines = [f"[red]No feasible configuration yet[/red] (see: {show})."]
         warm = TunerStudyRecord.read(loaded.study.user_attrs).warm_start
         if warm and warm.predicted_feasible == 0:
             lines.append(
@@ -128,7 +130,7 @@ def summary_lines(loaded: LoadedStudy) -> list[str]:
     lines += tuner_lines(loaded, metric)
     if best.config is not None:
         lines.append("  " + shlex.join(["vllm", "serve", *best.config.vllm_args()]))
-    lines.append(f"  export it: autotune export --study {shlex.quote(loaded.name)}")
+    lines.append(f"  export it: {escape(loaded.command('export'))}")
     return lines
 
 
@@ -170,11 +172,12 @@ def latency_lines(loaded: LoadedStudy, best: TrialRow) -> list[str]:
         return []
     lines = [f"  latency vs the baseline (trial {baseline.number}): " + ", ".join(parts)]
     for label, change, slo, theirs in worse:
+        limit = f"{slo}<={_seconds(theirs)}"
         lines.append(
             f"  [yellow]warning:[/yellow] {label} is {change:.0%} worse than the baseline's: "
-            "interactive users wait longer. To keep it, rerun with "
-            f"--slo '{slo}<={_seconds(theirs)}' or export another trial with "
-            "autotune export --slo (docs/results.md)."
+            f"interactive users wait longer. To keep it, rerun with --slo '{limit}' or "
+            f"export the best trial within it: {escape(loaded.command('export', '--slo', limit))} "
+            "(docs/results.md)."
         )
     return lines
 

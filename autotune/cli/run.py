@@ -15,7 +15,6 @@ from rich.table import Table
 
 from autotune.cli._common import (
     LOAD_DEFAULTS,
-    MAX_GAP_DEFAULT,
     StorageOption,
     StudyOption,
     console,
@@ -31,34 +30,38 @@ from autotune.cli._run_output import (
     trials_table,
 )
 from autotune.cli.progress import Tally
+from autotune.config.space import default_space_path
 from autotune.config.trial_config import launched_value
 from autotune.defaults import (
     DEFAULT_HEARTBEAT_S,
-    DEFAULT_PRUNE,
     DEFAULT_SAMPLER,
-    DEFAULT_STARTUP_TIMEOUT_S,
     DEFAULT_STORAGE_URL,
-    DEFAULT_TIME_SCALE,
     DEFAULT_TRIALS,
 )
 from autotune.engines import kill_all_servers
 from autotune.errors import InputError
-from autotune.replay.load import LoadSpec
 from autotune.results.compare import study_plan
 from autotune.results.reader import LoadedStudy, TrialRow, load_study, study_names
+from autotune.run_settings import read_run_settings
 from autotune.study import StudySpec, completed_count, completed_trials, run_log_path, run_study
 from autotune.study.setup import RunOptions, prepare_study
 from autotune.study.verdict import stored_verdict
 from autotune.study.workers import gpu_groups, refuse_sqlite, run_workers
 from autotune.trial.objective import METRIC_NAMES, ObjectiveName
 from autotune.tuner.kv_bounds import kv_bound_warning
-from autotune.tuner.session import TunerSettings
 from autotune.workload.stats import IdealPrefixHits
 
 WIDE_SHOW_COLUMNS = 160  # below this width `show` lists parameters under the table
 
 Workload = Annotated[Path, typer.Option("--workload", "-w", help="Workload JSONL file.")]
-Mode = Annotated[str, typer.Option("--mode", help="Load mode: sessions, concurrency or trace.")]
+Mode = Annotated[
+    str,
+    typer.Option(
+        "--mode",
+        help="Load: sessions (each session's turns in order), concurrency (N requests in "
+        "flight) or trace (the recorded arrival times).",
+    ),
+]
 
 
 def register(app: typer.Typer) -> None:
@@ -68,230 +71,133 @@ def register(app: typer.Typer) -> None:
     app.command("studies")(studies)
 
 
-def _load_spec(
-    mode: str,
-    concurrency: int,
-    duration: str | None,
-    max_requests: int | None,
-    timing_scale: float,
-    max_gap: str | None,
-    warmup: int,
-) -> LoadSpec:
-    return LoadSpec(
-        mode=mode,  # type: ignore[arg-type]  # pydantic validates the literal
-        concurrency=concurrency,
-        duration_s=parse_duration(duration, option="--duration"),
-        max_requests=max_requests,
-        timing_scale=timing_scale,
-        max_gap_s=parse_duration(max_gap, option="--max-gap"),
-        warmup_requests=warmup,
-    )
-
-
 @handle_errors
 def run(
     workload: Workload,
-    model: Annotated[str, typer.Option("--model", help="Catalog name (sim) or path/id.")],
+    model: Annotated[
+        str,
+        typer.Option(
+            "--model", help="Model: a simulator catalog name (sim), or the path or id vllm serves."
+        ),
+    ],
     objective: Annotated[
-        str, typer.Option("--objective", help="throughput, goodput, latency, or a comma list.")
+        str,
+        typer.Option(
+            "--objective",
+            help="throughput (output tok/s), goodput (requests/s within the SLOs), latency "
+            "(p95 end-to-end s), or a comma list for a Pareto study.",
+        ),
     ] = "throughput",
-    engine: Annotated[str, typer.Option("--engine", help="sim or vllm.")] = "sim",
+    engine: Annotated[
+        str, typer.Option("--engine", help="sim (the built-in simulator) or vllm.")
+    ] = "sim",
     hardware: Annotated[
-        str | None, typer.Option("--hardware", help="GPU catalog name (sim; pre-screen).")
+        str | None,
+        typer.Option(
+            "--hardware",
+            help="GPU catalog name (autotune sim catalog): the simulated GPU; with vllm, the "
+            "memory pre-screen's.",
+        ),
+    ] = None,
+    sim_model: Annotated[
+        str | None,
+        typer.Option(
+            "--sim-model",
+            help="Catalog model the simulator stands in for when --model is a path or id "
+            "(pre-screen, warm start).",
+        ),
+    ] = None,
+    space: Annotated[
+        Path | None,
+        typer.Option(
+            "--space",
+            help="Search-space YAML (default: search_spaces/<model>.yaml, else default.yaml).",
+        ),
+    ] = None,
+    tuner: Annotated[
+        Path | None,
+        typer.Option(
+            "--tuner",
+            help="YAML of the tuner's settings and the load, simulator and engine details "
+            "(docs/tuner.md); its keys win over the space's tuner: section.",
+        ),
     ] = None,
     trials: Annotated[
-        int, typer.Option("--trials", help="COMPLETE trials to reach.")
+        int,
+        typer.Option(
+            "--trials", help="Trials to complete (launches, re-measurements, predicted OOMs)."
+        ),
     ] = DEFAULT_TRIALS,
-    timeout: Annotated[str | None, typer.Option("--timeout", help="Stop after, e.g. 8h.")] = None,
-    trial_timeout: Annotated[
-        str | None, typer.Option("--trial-timeout", help="Give up one trial after, e.g. 30m.")
+    timeout: Annotated[
+        str | None,
+        typer.Option("--timeout", help="Wall time for the whole run, e.g. 8h (default: none)."),
     ] = None,
-    startup_timeout: Annotated[
-        str, typer.Option("--startup-timeout", help="Server start limit.")
-    ] = f"{DEFAULT_STARTUP_TIMEOUT_S / 60:g}m",
-    space: Annotated[
-        Path | None, typer.Option("--space", help="Search-space YAML (default: per model).")
+    trial_timeout: Annotated[
+        str | None,
+        typer.Option("--trial-timeout", help="Wall time for one trial, e.g. 30m (default: none)."),
     ] = None,
     storage: StorageOption = DEFAULT_STORAGE_URL,
     study: StudyOption = None,
     sampler: Annotated[
         str,
-        typer.Option("--sampler", help="guided (the simulator steers), gp, tpe, random or grid."),
+        typer.Option(
+            "--sampler",
+            help="guided (the simulator steers), or Optuna's gp, tpe, random or grid.",
+        ),
     ] = DEFAULT_SAMPLER,
-    warm_start: Annotated[
-        int, typer.Option("--warm-start", help="Predicted-best configs tried first (0: off).")
-    ] = 4,
-    warm_start_budget: Annotated[
-        str,
-        typer.Option(
-            "--warm-start-budget",
-            help="Wall time for predicting the space before the first trial (guided).",
-        ),
-    ] = "5m",
-    learn: Annotated[
-        bool,
-        typer.Option("--learn/--no-learn", help="Learn where the simulator is wrong (guided)."),
-    ] = True,
-    confirm: Annotated[
-        int,
-        typer.Option(
-            "--confirm",
-            help="Last trials spent re-measuring the top configs (0: off; README: the cap).",
-        ),
-    ] = TunerSettings.confirm,
-    race: Annotated[
-        bool,
-        typer.Option(
-            "--race/--no-race",
-            help="Re-measure where it most raises the winner's expected value (off: leader "
-            "against its closest challenger).",
-        ),
-    ] = TunerSettings.race,
-    race_early: Annotated[
-        bool,
-        typer.Option(
-            "--race-early/--no-race-early",
-            help="Re-measure before the last trials when worth more than a new config (guided).",
-        ),
-    ] = TunerSettings.race_early,
-    crown_prior: Annotated[
-        bool,
-        typer.Option(
-            "--crown-prior/--no-crown-prior",
-            help="Weigh the simulator's corrected prediction into the winner's estimate.",
-        ),
-    ] = TunerSettings.crown_prior,
-    explore_tail: Annotated[
-        bool,
-        typer.Option(
-            "--explore-tail/--no-explore-tail",
-            help="Launch a new config in the last trials while one is predicted to beat the "
-            "leader (guided).",
-        ),
-    ] = TunerSettings.explore_tail,
-    refine: Annotated[
-        bool,
-        typer.Option(
-            "--refine/--no-refine",
-            help="After each new measurement, also rank configs between the lattice's points "
-            "near the best estimates (guided, with --learn).",
-        ),
-    ] = TunerSettings.refine,
-    overtake: Annotated[
-        bool,
-        typer.Option(
-            "--overtake/--no-overtake",
-            help="Once a warm-start seed is measured, a config the corrected simulator ranks "
-            "above every seed not launched yet goes before them (guided).",
-        ),
-    ] = TunerSettings.overtake,
-    recalibrate: Annotated[
-        bool,
-        typer.Option(
-            "--recalibrate/--no-recalibrate",
-            help="Re-predict the MTP configs with the draft acceptance measured trials report "
-            "in /metrics, and re-rank (guided).",
-        ),
-    ] = TunerSettings.recalibrate,
-    local_search: Annotated[
-        int,
-        typer.Option(
-            "--local-search",
-            help="At most N launches of the tail on the measured leaders' neighbours between "
-            "the lattice's points, once nothing is predicted to beat the leader (guided; 0: off).",
-        ),
-    ] = TunerSettings.local_search,
-    reseed: Annotated[
-        bool,
-        typer.Option(
-            "--reseed/--no-reseed",
-            help="After a recalibration, replace the warm-start seeds not launched yet that it "
-            "predicts more than 5% below its best (guided).",
-        ),
-    ] = TunerSettings.reseed,
-    dedup: Annotated[
-        bool,
-        typer.Option("--dedup/--no-dedup", help="Never launch the same effective config twice."),
-    ] = True,
-    recheck: Annotated[
-        bool,
-        typer.Option(
-            "--recheck/--no-recheck", help="Re-measure a new leader measured once, at once."
-        ),
-    ] = False,
-    prune: Annotated[
-        bool,
-        typer.Option(
-            "--prune/--no-prune",
-            help="Stop a trial early when its throughput so far is far below the best's.",
-        ),
-    ] = DEFAULT_PRUNE,
-    seed: Annotated[int | None, typer.Option("--seed")] = None,
     slo: Annotated[
-        list[str] | None, typer.Option("--slo", help="e.g. ttft_p95<=2s (repeatable).")
+        list[str] | None,
+        typer.Option(
+            "--slo",
+            help="A limit the winner must meet, METRIC_STAT<=VALUE: ttft, tpot, itl or e2e; "
+            "mean, p50, p90, p95 or p99; in ms, s or m; e.g. ttft_p95<=2s (repeatable).",
+        ),
     ] = None,
-    max_error_rate: Annotated[float, typer.Option("--max-error-rate")] = 0.0,
+    max_error_rate: Annotated[
+        float,
+        typer.Option("--max-error-rate", help="Share of failed requests a trial may have, 0 to 1."),
+    ] = 0.0,
     mode: Mode = LOAD_DEFAULTS.mode,
     concurrency: Annotated[
-        int, typer.Option("--concurrency", help="Sessions (or requests) in flight.")
-    ] = LOAD_DEFAULTS.concurrency,
-    duration: Annotated[str | None, typer.Option("--duration", help="Replay budget.")] = None,
-    max_requests: Annotated[int | None, typer.Option("--max-requests")] = None,
-    timing_scale: Annotated[
-        float, typer.Option("--timing-scale", help="Divide recorded gaps by this.")
-    ] = LOAD_DEFAULTS.timing_scale,
-    max_gap: Annotated[
-        str | None, typer.Option("--max-gap", help="Cap think/tool gaps.")
-    ] = MAX_GAP_DEFAULT,
-    warmup: Annotated[
-        int, typer.Option("--warmup", help="Completions left out of stats.")
-    ] = LOAD_DEFAULTS.warmup_requests,
-    time_scale: Annotated[
-        float, typer.Option("--time-scale", help="Simulator speed-up over modelled time.")
-    ] = DEFAULT_TIME_SCALE,
-    noise: Annotated[float, typer.Option("--noise", help="Simulator step-time noise.")] = 0.0,
-    sim_model: Annotated[
-        str | None,
-        typer.Option("--sim-model", help="Catalog model to pre-screen a real engine."),
-    ] = None,
-    vllm_executable: Annotated[str, typer.Option("--vllm-executable")] = "vllm",
-    tokenizer: Annotated[
-        str | None,
-        typer.Option(help="Served model's tokenizer (dir, tokenizer.json, cached name)."),
-    ] = None,
-    max_model_len: Annotated[
-        int | None,
-        typer.Option("--max-model-len", help="Fix it (default: sized from the workload)."),
-    ] = None,
-    calibration: Annotated[
-        Path | None,
+        int,
         typer.Option(
-            "--calibration",
-            help="Calibration profile (autotune sim calibrate) for the simulator's speed: "
-            "the simulated server's and the tuner's predictions.",
+            "--concurrency", help="Sessions (sessions mode) or requests (concurrency) in flight."
+        ),
+    ] = LOAD_DEFAULTS.concurrency,
+    duration: Annotated[
+        str | None,
+        typer.Option(
+            "--duration",
+            help="Replay budget of each trial, e.g. 10m (default: the whole workload, capped "
+            "at 10m when predicted over 20m).",
         ),
     ] = None,
-    prescreen: Annotated[
-        bool,
-        typer.Option("--prescreen/--no-prescreen", help="Skip configs the memory model rejects."),
-    ] = True,
+    gpus: Annotated[
+        str | None,
+        typer.Option(
+            "--gpus",
+            help="GPU ids, e.g. 0,1,2,3: one worker per group of --gpus-per-trial "
+            "(PostgreSQL storage).",
+        ),
+    ] = None,
+    gpus_per_trial: Annotated[
+        int, typer.Option("--gpus-per-trial", help="GPUs per server (its tensor-parallel size).")
+    ] = 1,
     heartbeat_interval: Annotated[
         int, typer.Option("--heartbeat-interval", hidden=True)
     ] = DEFAULT_HEARTBEAT_S,
-    gpus: Annotated[
-        str | None,
-        typer.Option("--gpus", help="GPUs, e.g. 0,1,2,3: one worker per group (PostgreSQL)."),
-    ] = None,
-    gpus_per_trial: Annotated[
-        int, typer.Option("--gpus-per-trial", help="GPUs per server (tensor-parallel size).")
-    ] = 1,
 ) -> None:
-    """Tune: propose configs, launch, replay, score; resume by running the same command again."""
+    """Tune: propose configs, launch, replay, score; resume by running the same command again.
+
+    The tuner's settings and the rarely changed load, simulator and engine details are
+    keys of the space's tuner: section or of --tuner FILE (docs/tuner.md).
+    """
     groups = gpu_groups(gpus, gpus_per_trial)
     if len(groups) > 1:
         refuse_sqlite(storage, f"--gpus {gpus} (--gpus-per-trial {gpus_per_trial})")
     if groups:  # the study's fingerprint, pre-screen and confirmations: the first group
         os.environ["CUDA_VISIBLE_DEVICES"] = groups[0]
+    settings = read_run_settings(space or default_space_path(model, sim_model), tuner)
     options = RunOptions(
         objective=objective,
         workload=workload,
@@ -305,39 +211,17 @@ def run(
         trials=trials,
         timeout_s=parse_duration(timeout, option="--timeout"),
         trial_timeout_s=parse_duration(trial_timeout, option="--trial-timeout"),
-        startup_timeout_s=parse_duration(startup_timeout, option="--startup-timeout"),
         sampler=sampler,
-        seed=seed,
         slos=slo or [],
         max_error_rate=max_error_rate,
-        load=_load_spec(mode, concurrency, duration, max_requests, timing_scale, max_gap, warmup),
-        time_scale=time_scale,
-        noise=noise,
-        vllm_executable=vllm_executable,
-        tokenizer=tokenizer,
-        max_model_len=max_model_len,
-        calibration=calibration,
-        prescreen=prescreen,
-        heartbeat_interval_s=heartbeat_interval,
-        tuner=TunerSettings(
-            warm_start=warm_start,
-            learn=learn,
-            confirm=confirm,
-            race=race,
-            race_early=race_early,
-            crown_prior=crown_prior,
-            explore_tail=explore_tail,
-            refine=refine,
-            overtake=overtake,
-            recalibrate=recalibrate,
-            local_search=local_search,
-            reseed=reseed,
-            dedup=dedup,
-            recheck=recheck,
-            prune=prune,
-            warm_start_budget_s=parse_duration(warm_start_budget, option="--warm-start-budget"),
+        load=settings.load_spec(
+            mode=mode,
+            concurrency=concurrency,
+            duration_s=parse_duration(duration, option="--duration"),
         ),
+        heartbeat_interval_s=heartbeat_interval,
         gpus_per_trial=gpus_per_trial,
+        **settings.run_options(),
     )
     out = console()
     found: list[str] = []
@@ -346,6 +230,8 @@ def run(
         out.print(line, highlight=False, soft_wrap=True)
         found.append(line)
 
+    if settings.describe():
+        say_found(settings.describe() or "")
     spec = prepare_study(options, say=say_found)
     bound = kv_bound_warning(
         spec.space, model=spec.model, engine_version=None, prescreen=spec.prescreen

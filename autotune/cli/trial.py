@@ -19,10 +19,10 @@ from autotune.cli._common import (
     handle_errors,
     parse_duration,
 )
-from autotune.config.space import SearchSpace
-from autotune.defaults import DEFAULT_RUNS_DIR, DEFAULT_TIME_SCALE
+from autotune.config.space import SearchSpace, default_space_path
+from autotune.defaults import DEFAULT_RUNS_DIR
 from autotune.errors import InputError
-from autotune.replay.load import LoadSpec
+from autotune.run_settings import read_run_settings
 from autotune.study import run_configured_trial, score_result
 from autotune.study.setup import RunOptions, prepare_study
 from autotune.trial.objective import Score
@@ -41,6 +41,14 @@ def try_config(
     engine: Annotated[str, typer.Option("--engine", help="sim or vllm.")] = "sim",
     hardware: Annotated[str | None, typer.Option("--hardware", help="GPU catalog name.")] = None,
     space: Annotated[Path | None, typer.Option("--space", help="Search-space YAML.")] = None,
+    tuner: Annotated[
+        Path | None,
+        typer.Option(
+            "--tuner",
+            help="YAML of the load, simulator and engine details, as `autotune run` reads "
+            "them (docs/tuner.md); its keys win over the space's tuner: section.",
+        ),
+    ] = None,
     set_: Annotated[
         list[str] | None,
         typer.Option("--set", help="NAME=VALUE over the space's baseline (repeatable)."),
@@ -49,34 +57,23 @@ def try_config(
     mode: Annotated[
         str, typer.Option("--mode", help="sessions, concurrency or trace.")
     ] = LOAD_DEFAULTS.mode,
-    concurrency: Annotated[int, typer.Option("--concurrency")] = LOAD_DEFAULTS.concurrency,
-    max_requests: Annotated[int | None, typer.Option("--max-requests")] = None,
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", help="Sessions (or requests) in flight.")
+    ] = LOAD_DEFAULTS.concurrency,
     duration: Annotated[str | None, typer.Option("--duration", help="Replay budget.")] = None,
-    time_scale: Annotated[
-        float, typer.Option("--time-scale", help="Simulator speed-up.")
-    ] = DEFAULT_TIME_SCALE,
-    vllm_executable: Annotated[str, typer.Option("--vllm-executable")] = "vllm",
     sim_model: Annotated[
         str | None,
         typer.Option("--sim-model", help="Catalog model to simulate or pre-screen."),
     ] = None,
-    max_model_len: Annotated[
-        int | None,
-        typer.Option("--max-model-len", help="Fix it (default: sized from the workload)."),
-    ] = None,
-    tokenizer: Annotated[
-        str | None,
-        typer.Option(help="Served model's tokenizer (dir, tokenizer.json, cached name)."),
-    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
-    """Launch the space's baseline (with --set changes), replay, score, stop: no study."""
-    load = LoadSpec(
-        mode=mode,  # type: ignore[arg-type]  # pydantic validates the literal
-        concurrency=concurrency,
-        max_requests=max_requests,
-        duration_s=parse_duration(duration, option="--duration"),
-    )
+    """Launch the space's baseline (with --set changes), replay, score, stop: no study.
+
+    The load, simulator and engine details come from the space's tuner: section or
+    --tuner FILE, as in `autotune run`; the config is launched whatever the memory
+    pre-screen predicts.
+    """
+    settings = read_run_settings(space or default_space_path(model, sim_model), tuner)
     options = RunOptions(
         workload=workload,
         model=model,
@@ -85,13 +82,13 @@ def try_config(
         space=space,
         storage="sqlite://",
         slos=slo or [],
-        load=load,
-        time_scale=time_scale,
-        vllm_executable=vllm_executable,
+        load=settings.load_spec(
+            mode=mode,
+            concurrency=concurrency,
+            duration_s=parse_duration(duration, option="--duration"),
+        ),
         sim_model=sim_model,
-        max_model_len=max_model_len,
-        tokenizer=tokenizer,
-        prescreen=False,
+        **settings.run_options() | {"tuner": settings.tuner.replaced(prescreen=False)},
     )
     spec = prepare_study(options, say=None if as_json else _say)
     if spec.token_note:

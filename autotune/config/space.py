@@ -12,6 +12,9 @@ A space file (``search_spaces/*.yaml``) declares:
 - ``gates``: parameter choices or flags that exist only on some engine versions;
 - ``baseline``: the hand-tuned starting point, enqueued as the first trial;
 - ``allow_unknown_flags``: flags of a newer vLLM than the known-flag list has.
+- ``tuner``: optional settings of the search and the run's details
+  (``autotune.run_settings``, docs/tuner.md), read as they are here: they are no
+  part of what a study's space is (``digest``).
 
 Every flag name is checked against the engine's flags before the first trial
 (``check_flags``); a flag that carries a secret, or a value that looks like one,
@@ -37,7 +40,7 @@ import optuna
 import yaml
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from autotune.config.derive import DERIVATIONS, DeriveContext
@@ -146,6 +149,12 @@ class SearchSpace(BaseModel):
     baseline: dict[str, Any] = Field(default_factory=dict)
     # Flags the engine's known-flag list lacks (a newer vLLM's), passed without the check.
     allow_unknown_flags: list[str] = Field(default_factory=list)
+    tuner: dict[str, Any] = Field(default_factory=dict)  # validated by autotune.run_settings
+
+    @field_validator("tuner", mode="before")
+    @classmethod
+    def _empty_section(cls, tuner: Any) -> Any:
+        return {} if tuner is None else tuner
 
     @model_validator(mode="after")
     def _no_secrets(self) -> SearchSpace:
@@ -243,8 +252,9 @@ class SearchSpace(BaseModel):
         return TrialConfig(model=model, flags=flags)
 
     def digest(self) -> str:
-        """A content hash: a study refuses to resume with another space."""
-        content = self.model_dump(mode="json")
+        """A content hash: a study refuses to resume with another space. The ``tuner``
+        section is left out (the study checks its settings on their own)."""
+        content = self.model_dump(mode="json", exclude={"tuner"})
         if not content["allow_unknown_flags"]:  # spaces written before the field keep theirs
             del content["allow_unknown_flags"]
         text = json.dumps(content, sort_keys=True)

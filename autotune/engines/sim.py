@@ -18,6 +18,9 @@ from autotune.sim.model.hardware import get_gpu
 from autotune.sim.server.flags import EMULATED_VLLM_VERSION
 from autotune.vocabulary import HardwareFingerprint
 
+# ``autotune-sim X (vLLM Y)``: Y is the vLLM version whose flags and logs it speaks.
+SIM_ENGINE_VERSION = f"autotune-sim {__version__} (vLLM {EMULATED_VLLM_VERSION})"
+
 
 class SimEngine(BaseEngine):
     """``python -m autotune.sim serve``: vLLM's flags, logs and /metrics, modelled speed."""
@@ -47,8 +50,7 @@ class SimEngine(BaseEngine):
         self.extra_args = tuple(extra_args)
 
     def version(self) -> str:
-        """``autotune-sim X (vLLM Y)``: Y is the vLLM version whose flags and logs it speaks."""
-        return f"autotune-sim {__version__} (vLLM {EMULATED_VLLM_VERSION})"
+        return SIM_ENGINE_VERSION
 
     def hardware(self) -> HardwareFingerprint:
         return HardwareFingerprint(

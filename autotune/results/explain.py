@@ -172,7 +172,8 @@ def pareto_sentences(loaded: LoadedStudy) -> list[str]:
     return [
         f"The Pareto front holds {len(front)} trials, each better than the others on at "
         f"least one objective: {points}. The best is the one first on {names[0]}; "
-        "autotune export --slo picks another."
+        f"export another with {loaded.command('export', '--trial', str(front[1].number))} "
+        "(or pick by a limit with --slo)."
     ]
 
 

@@ -9,6 +9,7 @@ and ``TrialRow`` below, never through raw dicts.
 from __future__ import annotations
 
 import math
+import shlex
 import shutil
 import sys
 from datetime import UTC, datetime
@@ -20,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
-from autotune.defaults import DEFAULT_ARTIFACTS_DIR
+from autotune.defaults import DEFAULT_ARTIFACTS_DIR, DEFAULT_STORAGE_URL
 from autotune.errors import InputError, StorageError
 from autotune.trial.objective import ObjectiveName
 from autotune.trial.record import TrialRecord, outcome_text
@@ -144,6 +145,13 @@ class LoadedStudy:
     @property
     def multi_objective(self) -> bool:
         return len(self.study.directions) > 1
+
+    def command(self, *words: str) -> str:
+        """A follow-up command on this study, ready to copy: ``autotune WORDS`` with
+        ``--storage`` (unless it is the default) and ``--study``."""
+        where = [] if self.storage_url == DEFAULT_STORAGE_URL else ["--storage", self.storage_url]
+        head, *rest = words
+        return shlex.join(["autotune", head, *where, "--study", self.name, *rest])
 
     def trial(self, number: int) -> TrialRow:
         """The trial with this number; ``InputError`` when there is none."""
@@ -289,8 +297,9 @@ def study_names(storage_url: str) -> list[str]:
     _check_sqlite_exists(storage_url)
     try:
         summaries = optuna.get_all_study_summaries(storage=storage_url, include_best_trial=False)
-    except (SQLAlchemyError, ValueError, RuntimeError) as exc:
-        raise StorageError(f"--storage {storage_url!r}: cannot be read ({exc})") from exc
+    except (SQLAlchemyError, ValueError, RuntimeError, ImportError) as exc:
+        cause = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise StorageError(f"--storage {storage_url!r}: cannot be read ({cause})") from exc
     return [summary.study_name for summary in summaries]
 
 

@@ -1,9 +1,10 @@
 """Create a study or resume one: its sampler, its attrs, and the checks that refuse
-to resume with another space, workload, goal or calibration profile."""
+to resume with another space, workload, goal, calibration profile or tuner settings."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import warnings
 from typing import Any
 
@@ -16,6 +17,7 @@ from autotune.redaction import redact_json
 from autotune.study.spec import StudySpec, prunes
 from autotune.trial.pruning import BelowBestPruner
 from autotune.tuner.session import Tuner
+from autotune.tuner.settings import TunerSettings
 
 IDENTITY_ATTRS = ("space_digest", "workload_digest", "objectives", "engine", "model")
 
@@ -105,6 +107,7 @@ def study_attrs(spec: StudySpec, engine_version: str) -> dict[str, Any]:
         "space_digest": spec.space.digest(),
         "time_scale": getattr(spec.engine, "time_scale", 1.0),
         "calibration": spec.calibration.provenance() if spec.calibration else None,
+        "tuner": spec.tuner.model_dump(mode="json"),
     }
 
 
@@ -151,8 +154,8 @@ def check_resumable(
     spec: StudySpec, storage: optuna.storages.BaseStorage, engine_version: str
 ) -> None:
     """StudyMismatchError when study ``spec.name`` exists with another space, workload,
-    goal, engine, model or calibration profile. Checked before the warm start, so that
-    a refusal does not wait for the whole space to be predicted."""
+    goal, engine, model, calibration profile or tuner settings. Checked before the warm
+    start, so that a refusal does not wait for the whole space to be predicted."""
     existing = {summary.study_name: summary for summary in optuna.get_all_study_summaries(storage)}
     if spec.name not in existing:
         return
@@ -165,6 +168,7 @@ def check_resumable(
                 f"({stored[key]!r}, now {attrs[key]!r}); use --study NEW_NAME"
             )
     _check_same_calibration(spec.name, stored, attrs["calibration"])
+    _check_same_tuner(spec.name, stored, attrs["tuner"])
 
 
 def _check_same_calibration(name: str, stored: dict[str, Any], used: dict[str, Any] | None) -> None:
@@ -177,6 +181,25 @@ def _check_same_calibration(name: str, stored: dict[str, Any], used: dict[str, A
     raise StudyMismatchError(
         f"study {name!r} was run with {_profile_words(before)}, now {_profile_words(used)}; "
         "resume with the same --calibration, or use --study NEW_NAME"
+    )
+
+
+def _check_same_tuner(name: str, stored: dict[str, Any], used: dict[str, Any]) -> None:
+    """StudyMismatchError when the study's trials were chosen with other tuner settings (a
+    key an older study did not store reads as its default)."""
+    if "tuner" not in stored:  # a study older than the attr
+        return
+    before = TunerSettings().model_dump(mode="json") | stored["tuner"]
+    keys = sorted(before.keys() | used.keys())
+    differ = [key for key in keys if before.get(key) != used.get(key)]
+    if not differ:
+        return
+    changes = "; ".join(
+        f"{key} {json.dumps(before.get(key))}, now {json.dumps(used.get(key))}" for key in differ
+    )
+    raise StudyMismatchError(
+        f"study {name!r} was run with other tuner settings ({changes}); resume with the same "
+        "settings (the space's tuner: section, --tuner FILE), or use --study NEW_NAME"
     )
 
 

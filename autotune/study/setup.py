@@ -41,7 +41,7 @@ from autotune.trial.preflight import (
 )
 from autotune.trial.prescreen import try_prescreen
 from autotune.tuner.predictor import SimOracle
-from autotune.tuner.session import TunerSettings
+from autotune.tuner.settings import TunerSettings
 from autotune.workload import load_plan
 from autotune.workload.hf_tokenizer import HfTokenizer
 from autotune.workload.plan import PlannedRequest, WorkloadPlan
@@ -77,7 +77,6 @@ class RunOptions(BaseModel):
     trial_timeout_s: float | None = None
     startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S
     sampler: str = DEFAULT_SAMPLER
-    seed: int | None = None
     slos: list[str] = Field(default_factory=list)
     max_error_rate: float = Field(default=0.0, ge=0.0, le=1.0)
     load: LoadSpec = LoadSpec()
@@ -86,10 +85,9 @@ class RunOptions(BaseModel):
     vllm_executable: str = "vllm"
     tokenizer: str | None = None  # the served model's tokenizer, when not found from --model
     calibration: Path | None = None  # a profile for the simulator's speed (engine and tuner)
-    prescreen: bool = True  # ask the memory model before launching
     artifacts_dir: Path | None = None
     heartbeat_interval_s: int = Field(default=DEFAULT_HEARTBEAT_S, ge=1)
-    tuner: TunerSettings = TunerSettings()
+    tuner: TunerSettings = TunerSettings()  # the search's settings, its seed and pre-screen
     gpus_per_trial: int = Field(default=1, ge=1)  # the tensor-parallel size
 
 
@@ -165,7 +163,7 @@ def prepare_study(options: RunOptions, *, say: Callable[[str], None] | None = No
             "sim",
             hardware=options.hardware,
             time_scale=options.time_scale,
-            seed=options.seed or 0,
+            seed=options.tuner.seed or 0,
             noise=options.noise,
             sim_model=options.sim_model,
             extra_args=extra_args,
@@ -233,9 +231,9 @@ def prepare_study(options: RunOptions, *, say: Callable[[str], None] | None = No
         trial_timeout_s=options.trial_timeout_s,
         startup_timeout_s=options.startup_timeout_s,
         sampler=options.sampler,
-        seed=options.seed,
+        seed=options.tuner.seed,
         prescreen=prescreen,
-        skip_predicted_oom=options.prescreen,
+        skip_predicted_oom=options.tuner.prescreen,
         artifacts_dir=artifacts,
         runs_dir=artifacts.parent / "runs",
         heartbeat_interval_s=options.heartbeat_interval_s,

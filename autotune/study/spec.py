@@ -29,7 +29,7 @@ from autotune.trial.objective import Goal, ObjectiveName
 from autotune.trial.run import Prescreen, TrialResult
 from autotune.tuner.guide import PredictionCache
 from autotune.tuner.predictor import SimOracle
-from autotune.tuner.session import TunerSettings
+from autotune.tuner.settings import TunerSettings
 from autotune.workload.plan import WorkloadPlan
 
 SAMPLERS = ("guided", "gp", "tpe", "random", "grid")

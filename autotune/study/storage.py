@@ -11,12 +11,37 @@ from typing import Any
 import optuna
 import sqlalchemy.exc
 from optuna.trial import TrialState
+from sqlalchemy.engine import make_url
 
 from autotune.errors import StorageError
 from autotune.study.spec import StudySpec
 
 # Trials that spent a launch of the --trials budget: measured, failed, or pruned early.
 COUNTED_STATES = (TrialState.COMPLETE, TrialState.PRUNED)
+
+
+def storage_url_of(text: str) -> str:
+    """The URL a ``--storage`` value names: a database URL as it is, a plain path (no
+    ``scheme://``) as a SQLite file; StorageError for a scheme SQLAlchemy has no dialect
+    of, or whose driver is not installed."""
+    if "://" not in text:
+        return f"sqlite:///{Path(text).expanduser()}"
+    scheme = text.split("://", 1)[0]
+    try:
+        make_url(storage_url(text)).get_dialect().import_dbapi()
+    except sqlalchemy.exc.NoSuchModuleError:
+        raise StorageError(
+            f"--storage {text}: unknown database scheme {scheme!r} (sqlite:///PATH, "
+            "postgresql://USER@HOST/DB, or a plain path of a SQLite file)"
+        ) from None
+    except sqlalchemy.exc.ArgumentError as exc:
+        raise StorageError(f"--storage {text}: not a database URL ({exc})") from None
+    except ImportError as exc:
+        raise StorageError(
+            f"--storage {text}: the {scheme} driver is not installed ({exc}); for PostgreSQL: "
+            "pip install -e '.[postgres]'"
+        ) from None
+    return text
 
 
 def storage_url(url: str) -> str:

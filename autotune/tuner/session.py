@@ -9,7 +9,7 @@ tail the measured leaders' neighbours off the lattice (``local``), without
 enqueueing anything; ``twin`` (before launching) and ``record`` (after) keep the index of
 measured launches; ``store_crown`` crowns (after every measured trial, so the live
 display and a killed study quote the crown the run would end with). Each technique has its switch in
-``TunerSettings``.
+``TunerSettings`` (``tuner.settings``, docs/tuner.md).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -27,7 +26,6 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config.space import SearchSpace
-from autotune.defaults import DEFAULT_PRUNE
 from autotune.trial.record import TrialRecord
 from autotune.trial.run import Prescreen
 from autotune.tuner.acceptance import Recalibration
@@ -50,6 +48,7 @@ from autotune.tuner.record import TunerStudyRecord, WarmStartSummary, Winner
 from autotune.tuner.refine import Refiner
 from autotune.tuner.sampler import GuidedSampler
 from autotune.tuner.schedule import Role, ScheduledSampler
+from autotune.tuner.settings import TunerSettings
 
 PENDING_POLL_S = 1.0  # how often a worker looks whether another's measurement has landed
 TIMED_CONFIRM = 3  # re-measurements after a timed run's time is up (it raced before)
@@ -59,28 +58,6 @@ PARALLEL_TARGETS = 3  # workers in the tail together re-measure among this many 
 # replaced (a seed within it is still a contender: the simulator's MTP predictions spread
 # by 2-4% between nearby acceptances).
 RESEED_MARGIN = 0.05
-
-
-@dataclass(frozen=True)
-class TunerSettings:
-    """Switches of the simulator-steered search (``autotune run`` options)."""
-
-    warm_start: int = 4  # predicted-best configs launched after the baseline (0: off)
-    learn: bool = True  # learn the simulator's residual from measurements
-    confirm: int = 24  # trials at the end of the budget spent re-measuring (0: off)
-    race: bool = True  # re-measure where it most raises the crown's expected value (off: duel)
-    race_early: bool = True  # re-measure before the tail when worth more than exploring
-    crown_prior: bool = False  # the crown weighs the simulator's corrected prediction too
-    explore_tail: bool = True  # the tail explores while a config is predicted to beat the leader
-    refine: bool = True  # after each new measurement, add off-lattice configs near the best
-    overtake: bool = True  # once a seed is measured, the best estimate launches next
-    recalibrate: bool = True  # re-predict MTP configs with the acceptance trials measured
-    local_search: int = 4  # tail launches of the measured leaders' neighbours (0: off)
-    reseed: bool = False  # after a recalibration, seeds not launched yet follow the new ranking
-    dedup: bool = True  # never launch a measured effective config again
-    recheck: bool = False  # re-measure a new leader measured once, at once (bench: off wins)
-    prune: bool = DEFAULT_PRUNE  # stop a trial whose throughput so far is far below the best's
-    warm_start_budget_s: float | None = 300.0  # wall time for predicting the space (None: all)
 
 
 class Tuner:

@@ -18,7 +18,7 @@ from autotune.replay.load import LoadSpec
 from autotune.study import run_study
 from autotune.study.setup import RunOptions, prepare_study
 from autotune.trial.record import TrialRecord
-from autotune.tuner.session import TunerSettings
+from autotune.tuner.settings import TunerSettings
 from autotune.vocabulary import Outcome
 from tests.e2e.conftest import SAMPLE_WORKLOAD
 

@@ -8,7 +8,8 @@ import pytest
 
 from autotune.study import StudySpec
 from autotune.study.setup import RunOptions, prepare_study
-from autotune.tuner.session import Tuner, TunerSettings
+from autotune.tuner.session import Tuner
+from autotune.tuner.settings import TunerSettings
 from autotune.workload.gen import ClaudeCodeParams, claudecode
 from autotune.workload.io import write_workload
 

@@ -14,7 +14,7 @@ from autotune.study import StudySpec
 from autotune.trial.run import derive_config
 from autotune.tuner.lattice import config_key, ladder
 from autotune.tuner.schedule import Role
-from autotune.tuner.session import TunerSettings
+from autotune.tuner.settings import TunerSettings
 from tests.tuner.conftest import guided_tuner
 
 NUMERIC = ("max_num_seqs", "max_num_batched_tokens", "kv_cache_memory_gib")

@@ -16,7 +16,8 @@ from autotune.trial.prescreen import make_prescreen
 from autotune.tuner.lattice import enumerate_effective
 from autotune.tuner.predictor import SimOracle
 from autotune.tuner.reach import out_of_reach
-from autotune.tuner.session import Tuner, TunerSettings
+from autotune.tuner.session import Tuner
+from autotune.tuner.settings import TunerSettings
 from autotune.workload.expand import load_plan
 
 REPO = Path(__file__).resolve().parents[2]

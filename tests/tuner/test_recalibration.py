@@ -24,7 +24,8 @@ from autotune.trial.record import TrialRecord
 from autotune.tuner.acceptance import THRESHOLD, Observation, pooled
 from autotune.tuner.lattice import Candidate
 from autotune.tuner.predictor import SimOracle
-from autotune.tuner.session import Tuner, TunerSettings
+from autotune.tuner.session import Tuner
+from autotune.tuner.settings import TunerSettings
 from autotune.vocabulary import Outcome, ServerStats
 from autotune.workload.expand import load_plan
 

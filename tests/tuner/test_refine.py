@@ -10,7 +10,8 @@ from autotune.study import StudySpec
 from autotune.tuner.guide import Guide, build_guide
 from autotune.tuner.refine import PREDICTIONS, Refinement, Refiner
 from autotune.tuner.residual import ResidualModel
-from autotune.tuner.session import Tuner, TunerSettings
+from autotune.tuner.session import Tuner
+from autotune.tuner.settings import TunerSettings
 from tests.tuner.conftest import guided_tuner
 
 

@@ -1,0 +1,54 @@
+"""The tuner's settings: how the simulator-steered search spends the trial budget.
+
+Each key is documented once, with its default and why, in docs/tuner.md. They are
+read from a space file's ``tuner:`` section or a ``--tuner FILE``
+(``autotune.run_settings``), stored with the study (a resume and ``autotune worker``
+use the same), and handed to ``Tuner`` whole. Like an Optuna sampler's constructor
+arguments, they are the search's own knobs, not the user's decisions about the run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from autotune.defaults import DEFAULT_PRUNE
+
+
+class TunerSettings(BaseModel):
+    """The search's switches; the defaults are the measured ones (docs/tuner.md)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    warm_start: int = Field(default=4, ge=0)  # predicted-best configs after the baseline (0: off)
+    warm_start_budget_s: float | None = Field(default=300.0, gt=0)  # None: predict it all
+    learn: bool = True  # learn the simulator's residual from measurements
+    confirm: int = Field(default=24, ge=0)  # trials at the end spent re-measuring (0: off)
+    race: bool = True  # re-measure where it most raises the crown's expected value (off: duel)
+    race_early: bool = True  # re-measure before the tail when worth more than exploring
+    crown_prior: bool = False  # the crown weighs the simulator's corrected prediction too
+    explore_tail: bool = True  # the tail explores while a config is predicted to beat the leader
+    refine: bool = True  # after each new measurement, add off-lattice configs near the best
+    overtake: bool = True  # once a seed is measured, the best estimate launches next
+    recalibrate: bool = True  # re-predict MTP configs with the acceptance trials measured
+    reseed: bool = False  # after a recalibration, seeds not launched yet follow the new ranking
+    local_search: int = Field(default=4, ge=0)  # tail launches of the leaders' neighbours
+    dedup: bool = True  # never launch a measured effective config again
+    recheck: bool = False  # re-measure a new leader measured once, at once (bench: off wins)
+    prune: bool = DEFAULT_PRUNE  # stop a trial whose throughput so far is far below the best's
+    prescreen: bool = True  # score what the memory model rejects as predicted-oom, unlaunched
+    seed: int | None = None  # the sampler's and the simulator's seed (None: a fresh draw)
+
+    def replaced(self, **changes: Any) -> TunerSettings:
+        """A copy with ``changes``, validated like the file's keys."""
+        return TunerSettings.model_validate(self.model_dump() | changes)
+
+    def changed(self) -> dict[str, Any]:
+        """The keys that differ from their defaults, with their values."""
+        default = TunerSettings()
+        return {
+            name: value
+            for name, value in self.model_dump().items()
+            if value != getattr(default, name)
+        }
