@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import yaml
 from optuna.trial import TrialState
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,15 +47,20 @@ SPACE = REPO / "tests" / "e2e" / "data" / "oom-boundary.yaml"
 RUN = [
     "--workload", str(WORKLOAD), "--engine", "sim", "--hardware", "rtx4080s-32g",
     "--model", "qwen3.6-27b-awq", "--space", str(SPACE), "--study", "bench",
-    "--sampler", "random", "--no-dedup", "--warm-start", "0", "--confirm", "0",
-    "--time-scale", "50", "--max-requests", "12", "--concurrency", "4", "--seed", "1",
+    "--sampler", "random", "--concurrency", "4",
 ]  # fmt: skip
+SETTINGS = {  # the tuner's choices off: every trial a random launch
+    "dedup": False, "warm_start": 0, "confirm": 0, "seed": 1,
+    "simulator": {"time_scale": 50}, "load": {"max_requests": 12},
+}  # fmt: skip
 GPUS = {1: "0", 2: "0,1", 4: "0,1,2,3"}
 
 
 def search_rate(storage: str, trials: int, gpus: str | None, cwd: Path) -> dict[str, Any]:
     """One `autotune run`: trials per hour from its trials' timestamps."""
-    argv = [sys.executable, "-m", "autotune", "run", *RUN, "--storage", storage]
+    (cwd / "tuner.yaml").write_text(yaml.safe_dump(SETTINGS))
+    argv = [sys.executable, "-m", "autotune", "run", *RUN, "--tuner", str(cwd / "tuner.yaml")]
+    argv += ["--storage", storage]
     argv += ["--trials", str(trials)] + (["--gpus", gpus] if gpus else [])
     started = time.monotonic()
     subprocess.run(argv, cwd=cwd, check=True, capture_output=True, text=True)

@@ -30,6 +30,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import optuna
+import yaml
 from optuna.trial import TrialState
 
 REPO = Path(__file__).resolve().parents[1]
@@ -144,16 +145,20 @@ def soak(
     lines, faulted = schedule(trials, fault_rate, seed)
     (workdir / "faults.txt").write_text("\n".join(lines) + "\n")
     (workdir / "space.yaml").write_text(SPACE)
+    settings = {
+        "dedup": False, "warm_start": 0, "confirm": 0, "seed": seed,
+        "simulator": {"time_scale": 100}, "load": {"max_requests": 8},
+        "engine": {"startup_timeout_s": 15},
+    }  # fmt: skip
+    (workdir / "tuner.yaml").write_text(yaml.safe_dump(settings))
     gpus = ["--gpus", ",".join(map(str, range(workers)))] if workers > 1 else []
     argv = [
         sys.executable, "-m", "autotune", "run",
         "--workload", str(WORKLOAD), "--engine", "sim", "--hardware", "rtx4080s-32g",
         "--model", "qwen3.6-27b-awq", "--space", str(workdir / "space.yaml"),
         "--storage", storage, "--study", "soak",
-        "--sampler", "random", "--no-dedup", "--warm-start", "0", "--confirm", "0",
-        "--seed", str(seed), "--time-scale", "100", "--max-requests", "8",
-        "--concurrency", "4", "--startup-timeout", "15s", "--trial-timeout", "30s",
-        "--trials", str(trials), *gpus,
+        "--sampler", "random", "--tuner", str(workdir / "tuner.yaml"),
+        "--concurrency", "4", "--trial-timeout", "30s", "--trials", str(trials), *gpus,
     ]  # fmt: skip
     env = {**os.environ, "AUTOTUNE_SIM_FAULT_SCHEDULE": str(workdir / "faults.txt")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))

@@ -180,7 +180,7 @@ def _check_same_calibration(name: str, stored: dict[str, Any], used: dict[str, A
         return
     raise StudyMismatchError(
         f"study {name!r} was run with {_profile_words(before)}, now {_profile_words(used)}; "
-        "resume with the same --calibration, or use --study NEW_NAME"
+        "resume with the same simulator.calibration setting, or use --study NEW_NAME"
     )
 
 

@@ -124,7 +124,7 @@ def prepare_study(options: RunOptions, *, say: Callable[[str], None] | None = No
         sim_tokenizer = find_tokenizer(options.tokenizer) if options.tokenizer else None
         if options.tokenizer and sim_tokenizer is None:
             raise InputError(
-                f"--tokenizer: no tokenizer.json found offline for {options.tokenizer!r}"
+                f"engine.tokenizer: no tokenizer.json found offline for {options.tokenizer!r}"
             )
         plan = load_plan(options.workload, tokenizer=sim_tokenizer)
     else:
@@ -247,14 +247,15 @@ def prepare_study(options: RunOptions, *, say: Callable[[str], None] | None = No
 
 
 def _calibration(options: RunOptions) -> CalibrationProfile | None:
-    """The --calibration profile, checked against the GPU and model it will predict."""
+    """The calibration profile (``simulator.calibration``), checked against the GPU and
+    model it will predict."""
     if options.calibration is None:
         return None
     profile = load_profile(options.calibration)
     sim_model = options.sim_model or (options.model if options.engine == "sim" else None)
     if options.hardware is None or sim_model is None:
         raise InputError(
-            "--calibration: the simulator's predictions need --hardware and --sim-model "
+            "simulator.calibration: the simulator's predictions need --hardware and --sim-model "
             "with a real engine"
         )
     profile.check_fitted_for(options.hardware, sim_model)

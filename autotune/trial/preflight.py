@@ -161,7 +161,7 @@ def preflight(
             max_model_len = min(max_model_len, cap)
         lines.append(
             f"max-model-len {max_model_len:,}: the longest request that can run, rounded up to "
-            f"the {block}-token block (set --max-model-len to fix it)."
+            f"the {block}-token block (fix it with max-model-len in the space's fixed:)."
         )
     doomed: set[int] = set()
     too_long: set[int] = set()

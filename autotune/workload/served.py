@@ -46,7 +46,8 @@ def word_approximation_note(model: str) -> str:
     low, high = WORD_APPROXIMATION_TOKENS
     return (
         f"no tokenizer for {model!r} found offline (model directory, tokenizer.json or the "
-        "Hugging Face cache; give one with --tokenizer): prompts are sent in the word "
+        "Hugging Face cache; name one with the engine.tokenizer setting, docs/tuner.md): "
+        "prompts are sent in the word "
         f"approximation, whose words real tokenizers count as {low:g}-{high:g} tokens each "
         "(Mistral's Tekken: 1.99), so expect served prompts about that many times the "
         "workload's token counts; each trial's first requests are checked against the "

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from autotune.cli import app
-from tests.e2e.conftest import autotune_argv
+from tests.e2e.conftest import autotune_argv, tuner_args
 
 REPO = Path(__file__).resolve().parents[2]
 QWEN_SPACE = REPO / "search_spaces" / "qwen3.6-27b-awq.yaml"
@@ -45,6 +45,18 @@ def sim_run(workload: Path, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
+def fixed_length_space(cwd: Path, max_model_len: int) -> list[str]:
+    """``--space`` of the Qwen space with ``max-model-len`` fixed (its ``fixed:`` section)."""
+    space = cwd / f"qwen-{max_model_len}.yaml"
+    space.write_text(
+        QWEN_SPACE.read_text().replace("fixed:\n", f"fixed:\n  max-model-len: {max_model_len}\n")
+    )
+    return ["--space", str(space)]
+
+
+NO_VLLM = {"engine": {"vllm_executable": "/nonexistent/vllm"}}
+
+
 def studies_in(cwd: Path) -> list[str]:
     db = cwd / "studies" / "autotune.db"
     if not db.exists():
@@ -71,7 +83,14 @@ def test_generated_claude_code_sessions_tune_to_a_feasible_best(
     result = autotune(
         tmp_path,
         # A short warm start: this checks the sizing, not how much of the space is predicted.
-        *sim_run(claude_code, "--trials", "2", "--time-scale", "200", "--warm-start-budget", "2s"),
+        *sim_run(
+            claude_code,
+            "--trials",
+            "2",
+            *tuner_args(
+                tmp_path / "settings", {"simulator": {"time_scale": 200}, "warm_start_budget_s": 2}
+            ),
+        ),
         timeout=280,
     )
     assert result.returncode == 0, result.stdout + result.stderr
@@ -88,7 +107,7 @@ def test_generated_claude_code_sessions_tune_to_a_feasible_best(
 def test_a_fixed_max_model_len_too_short_for_the_workload_exits_2_before_any_study(
     tmp_path: Path, claude_code: Path
 ) -> None:
-    result = in_process(tmp_path, *sim_run(claude_code, "--max-model-len", "65536"))
+    result = in_process(tmp_path, *sim_run(claude_code, *fixed_length_space(tmp_path, 65536)))
     assert result.returncode == 2, result.stdout + result.stderr
     out = " ".join(result.stdout.split())
     assert re.search(r"\d+ of 174 requests are longer than max-model-len 65,536 \(fixed\)", out)
@@ -102,9 +121,11 @@ def test_requests_within_the_error_allowance_are_reported_and_the_run_goes_on(
 ) -> None:
     result = autotune(
         tmp_path,
-        *sim_run(claude_code, "--max-model-len", "65536", "--max-error-rate", "0.5",
-                 "--trials", "1", "--time-scale", "100", "--max-requests", "5",
-                 "--warm-start-budget", "2s"),
+        *sim_run(claude_code, *fixed_length_space(tmp_path, 65536), "--max-error-rate", "0.5",
+                 "--trials", "1", *tuner_args(tmp_path / "settings", {
+                     "simulator": {"time_scale": 100}, "load": {"max_requests": 5},
+                     "warm_start_budget_s": 2,
+                 })),
         timeout=120,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
@@ -151,7 +172,7 @@ def test_an_endpoint_the_engine_does_not_serve_exits_2(tmp_path: Path) -> None:
     workload = tmp_path / "chat.jsonl"
     in_process(tmp_path, "workload", "gen", "fixed", "--requests", "4", str(workload))
     result = in_process(tmp_path, "run", "--workload", str(workload), "--engine", "vllm",
-                      "--model", str(model), "--vllm-executable", "/nonexistent/vllm")  # fmt: skip
+                      "--model", str(model), *tuner_args(tmp_path, NO_VLLM))  # fmt: skip
     assert result.returncode == 2, result.stdout + result.stderr
     out = " ".join(result.stdout.split())
     assert "4 requests use openai.chat, which vllm does not serve" in out
@@ -184,7 +205,7 @@ def test_an_unknown_sim_model_for_a_real_engine_exits_2(tmp_path: Path, claude_c
     """Before: a typo in --sim-model silently turned the memory pre-screen off."""
     result = in_process(tmp_path, "run", "--workload", str(claude_code), "--engine", "vllm",
                       "--model", "Qwen/Qwen3.6-27B", "--sim-model", "qwen3-27b",
-                      "--vllm-executable", "/nonexistent/vllm")  # fmt: skip
+                      *tuner_args(tmp_path, NO_VLLM))  # fmt: skip
     assert result.returncode == 2
     assert "unknown model 'qwen3-27b'" in result.stderr
     assert studies_in(tmp_path) == []

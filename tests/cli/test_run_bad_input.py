@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from autotune.cli import app
+from tests.e2e.conftest import tuner_args
 
 REPO = Path(__file__).resolve().parents[2]
 WORKLOAD = REPO / "workloads" / "sample-claudecode.jsonl"
@@ -88,7 +89,9 @@ def test_bad_calibration_profile_names_file_and_field(
 ) -> None:
     profile = tmp_path / "profile.yaml"
     profile.write_text(text)
-    code, err = invoke(tmp_path, "--calibration", str(profile))
+    code, err = invoke(
+        tmp_path, *tuner_args(tmp_path, {"simulator": {"calibration": str(profile)}})
+    )
     assert code == 2
     assert len(err.strip().splitlines()) == 1, err
     assert str(profile) in err and expected in err

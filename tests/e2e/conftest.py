@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -14,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from autotune.cli import app
@@ -122,6 +124,23 @@ def default_sigint() -> None:
     child inherits that; a test that sends SIGINT must not depend on it.
     """
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def tuner_args(directory: Path, *layers: dict[str, Any]) -> list[str]:
+    """``--tuner FILE`` holding the settings ``layers`` merge into (a later layer's key
+    wins; the load:, simulator: and engine: sections merge key by key), written once
+    per content under ``directory``."""
+    merged: dict[str, Any] = {}
+    for layer in layers:
+        for key, value in layer.items():
+            if isinstance(value, dict):
+                value = {**merged.get(key, {}), **value}
+            merged[key] = value
+    text = yaml.safe_dump(merged, sort_keys=True)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"tuner-{hashlib.sha256(text.encode()).hexdigest()[:12]}.yaml"
+    path.write_text(text)
+    return ["--tuner", str(path)]
 
 
 def autotune_argv(*args: str) -> list[str]:

@@ -16,6 +16,7 @@ from tests.e2e.conftest import (
     autotune_argv,
     autotune_in_process,
     trial_logs,
+    tuner_args,
 )
 
 QWEN_SPACE = REPO / "search_spaces" / "qwen3.6-27b-awq.yaml"
@@ -38,8 +39,11 @@ def test_export_serves_the_users_model_and_starts_the_lmcache_server(tmp_path: P
             "run", "--workload", str(SAMPLE_WORKLOAD), "--engine", "sim",
             "--hardware", "rtx4080s-32g", "--model", USER_MODEL,
             "--sim-model", "qwen3.6-27b-awq", "--space", str(space), "--storage", db,
-            "--trials", "1", "--warm-start-budget", "1s",  # the baseline alone: no seed
-            "--max-requests", "6", "--concurrency", "3", "--time-scale", "200",
+            "--trials", "1", "--concurrency", "3",
+            *tuner_args(tmp_path / "settings", {
+                "warm_start_budget_s": 1,  # the baseline alone: no seed
+                "load": {"max_requests": 6}, "simulator": {"time_scale": 200},
+            }),
         ),
         cwd=tmp_path, capture_output=True, text=True, timeout=220,
     )  # fmt: skip

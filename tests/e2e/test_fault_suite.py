@@ -27,6 +27,7 @@ from tests.e2e.conftest import (
     autotune_argv,
     output,
     processes_in,
+    tuner_args,
     wait_for,
 )
 
@@ -43,10 +44,12 @@ def run_args(db: Path, trials: int, *extra: str) -> list[str]:
         "--space", str(FITS_SPACE),
         "--storage", f"sqlite:///{db}",
         "--study", "faults",
-        "--sampler", "random", "--no-dedup", "--warm-start", "0", "--confirm", "0",
-        "--seed", "1",
-        "--time-scale", "50", "--max-requests", "8", "--concurrency", "4",
-        "--startup-timeout", "5s",
+        "--sampler", "random", "--concurrency", "4",
+        *tuner_args(db.parent, {
+            "dedup": False, "warm_start": 0, "confirm": 0, "seed": 1,
+            "simulator": {"time_scale": 50}, "load": {"max_requests": 8},
+            "engine": {"startup_timeout_s": 5},
+        }),
         "--trials", str(trials),
         *extra,
     ]  # fmt: skip

@@ -52,9 +52,9 @@ def test_an_interrupt_as_a_trial_is_created_leaves_no_trial_running(
     storage = f"sqlite:///{tmp_path / 'a.db'}"
     options = RunOptions(
         workload=SAMPLE_WORKLOAD, model="qwen3.6-27b-awq", hardware="rtx4080s-32g",
-        space=FITS_SPACE, storage=storage, study="gap", trials=3, seed=1, sampler="random",
+        space=FITS_SPACE, storage=storage, study="gap", trials=3, sampler="random",
         load=LoadSpec(max_requests=8, concurrency=4), time_scale=50,
-        tuner=TunerSettings(warm_start=0, confirm=0),
+        tuner=TunerSettings(warm_start=0, confirm=0, seed=1),
     )  # fmt: skip
     spec = dataclasses.replace(
         prepare_study(options), sampler=InterruptedWhileCreated(number, signum)

@@ -14,7 +14,14 @@ from autotune.replay.load import LoadSpec
 from autotune.study.setup import RunOptions, prepare_study
 from autotune.study.trial_length import DEFAULT_REPLAY_BUDGET_S, size_replay
 from autotune.workload import load_plan
-from tests.e2e.conftest import SAMPLE_WORKLOAD, SIM_MODEL, autotune_argv, output, wait_for
+from tests.e2e.conftest import (
+    SAMPLE_WORKLOAD,
+    SIM_MODEL,
+    autotune_argv,
+    output,
+    tuner_args,
+    wait_for,
+)
 
 HARDWARE = "rtx4080s-32g"
 
@@ -68,19 +75,21 @@ def test_without_a_simulator_model_the_recorded_length_decides(long_workload: Pa
                        oracle=None) == (fast, None)  # fmt: skip
 
 
-def run_args(tmp_path: Path, *extra: str) -> list[str]:
+def run_args(tmp_path: Path, *extra: str, settings: dict | None = None) -> list[str]:
+    fast = {"seed": 1, "confirm": 0, "simulator": {"time_scale": 200}, "load": {"max_requests": 8}}
     return [
         "run", "--workload", str(SAMPLE_WORKLOAD), "--engine", "sim", "--hardware", HARDWARE,
         "--model", SIM_MODEL, "--storage", f"sqlite:///{tmp_path / 'studies' / 'autotune.db'}",
-        "--study", "night", "--seed", "1", "--confirm", "0", "--time-scale", "200",
-        "--max-requests", "8", "--concurrency", "4", *extra,
+        "--study", "night", "--concurrency", "4",
+        *tuner_args(tmp_path / "settings", fast, settings or {}), *extra,
     ]  # fmt: skip
 
 
 @pytest.mark.timeout(300)
 def test_the_warm_start_says_what_it_does_and_stops_at_its_budget(tmp_path: Path, spawn) -> None:
     """Before: nothing between the pre-flight and the first trial, however long."""
-    process = spawn(*run_args(tmp_path, "--trials", "1", "--warm-start-budget", "1s"), cwd=tmp_path)
+    args = run_args(tmp_path, "--trials", "1", settings={"warm_start_budget_s": 1})
+    process = spawn(*args, cwd=tmp_path)
     assert process.wait(timeout=280) == 0, output(tmp_path)
     logged = (tmp_path / "studies" / "runs" / "night" / "run.log").read_text()
     assert "Warm start: predicting " in logged and "configs on the simulator" in logged, logged

@@ -24,6 +24,7 @@ from tests.e2e.conftest import (
     output,
     processes_in,
     sim_server_pids,
+    tuner_args,
     wait_for,
 )
 
@@ -31,13 +32,21 @@ PRUNE_SPACE = REPO / "tests" / "e2e" / "data" / "prune.yaml"
 REQUESTS = 40
 
 
-def run_args(db: Path, *extra: str) -> list[str]:
+def run_args(db: Path, *extra: str, prune: bool) -> list[str]:
+    settings = {
+        "seed": 1,
+        "warm_start": 0,
+        "confirm": 0,
+        "prune": prune,
+        "simulator": {"time_scale": 50},
+        "load": {"max_requests": REQUESTS},
+    }
     return [
         "run", "--workload", str(SAMPLE_WORKLOAD), "--engine", "sim",
         "--hardware", "rtx4080s-32g", "--model", "qwen3.6-27b-awq", "--space", str(PRUNE_SPACE),
-        "--storage", f"sqlite:///{db}", "--study", "prune", "--sampler", "grid", "--seed", "1",
-        "--warm-start", "0", "--confirm", "0", "--time-scale", "50", "--mode", "concurrency",
-        "--concurrency", "8", "--max-requests", str(REQUESTS), *extra,
+        "--storage", f"sqlite:///{db}", "--study", "prune", "--sampler", "grid",
+        "--mode", "concurrency", "--concurrency", "8",
+        *tuner_args(db.parent.parent / "settings", settings), *extra,
     ]  # fmt: skip
 
 
@@ -53,7 +62,7 @@ def pruned_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, lis
     db = cwd / "studies" / "autotune.db"
     with (cwd / "autotune.out").open("w") as out:
         process = subprocess.Popen(
-            autotune_argv(*run_args(db, "--trials", "3", "--prune")),
+            autotune_argv(*run_args(db, "--trials", "3", prune=True)),
             cwd=cwd,
             stdout=out,
             stderr=out,
@@ -116,7 +125,7 @@ def test_a_config_close_to_the_best_is_not_pruned(
 def test_no_prune_runs_the_hopeless_config_to_the_end(tmp_path: Path) -> None:
     db = tmp_path / "studies" / "autotune.db"
     result = subprocess.run(
-        autotune_argv(*run_args(db, "--trials", "2", "--no-prune")),
+        autotune_argv(*run_args(db, "--trials", "2", prune=False)),
         cwd=tmp_path, capture_output=True, text=True, timeout=250,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr

@@ -28,6 +28,7 @@ from typer.testing import CliRunner
 
 from autotune.cli import app
 from autotune.trial.record import TrialRecord
+from tests.e2e.conftest import tuner_args
 from tests.results.conftest import build_study
 
 REPO = Path(__file__).resolve().parents[2]
@@ -90,10 +91,12 @@ def sim_study(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, P
         "--hardware", "rtx4080s-32g",
         "--model", "qwen3.6-27b-awq",
         "--trials", "4",
-        "--max-requests", "16",
-        "--time-scale", "200",  # fast: these tests check outputs, not fidelity
-        "--warm-start-budget", "3s",  # the seeds come from what was predicted by then
-        "--seed", "1",
+        *tuner_args(workdir / "settings", {
+            "load": {"max_requests": 16},
+            "simulator": {"time_scale": 200},  # fast: these tests check outputs, not fidelity
+            "warm_start_budget_s": 3,  # the seeds come from what was predicted by then
+            "seed": 1,
+        }),
         "--storage", storage_url,
         cwd=workdir,
         timeout_s=RUN_TIMEOUT_S,

@@ -1,5 +1,6 @@
-"""`autotune run --calibration`: the simulated server and the tuner's predictions use the
-profile, the study stores it, and resuming with another profile is refused."""
+"""`autotune run` with a calibration profile (`simulator.calibration`): the simulated server
+and the tuner's predictions use the profile, the study stores it, and resuming with another
+profile is refused."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from autotune.sim.model.calibration_profile import CalibrationProfile, load_prof
 from autotune.sim.model.speed_constants import SpeedConstants
 from autotune.study.setup import RunOptions, prepare_study
 from autotune.trial.record import TrialRecord
-from tests.e2e.conftest import SAMPLE_WORKLOAD, autotune_argv, autotune_in_process
+from tests.e2e.conftest import SAMPLE_WORKLOAD, autotune_argv, autotune_in_process, tuner_args
 
 FITS_SPACE = Path(__file__).with_name("data") / "fits.yaml"
 HARDWARE, MODEL = "rtx4080s-32g", "qwen3.6-27b-awq"
@@ -29,18 +30,22 @@ def _profile(path: Path, constants: SpeedConstants = SLOW, **fields: object) -> 
     return path
 
 
-def _args(cwd: Path, study: str, *extra: str) -> list[str]:
+def _args(cwd: Path, study: str, *extra: str, calibration: Path | None = None) -> list[str]:
+    simulator = {"time_scale": 50} | ({"calibration": str(calibration)} if calibration else {})
+    settings = {"seed": 1, "warm_start": 0, "confirm": 0, "simulator": simulator,
+                "load": {"max_requests": 12}}  # fmt: skip
     return [
         "run", "--workload", str(SAMPLE_WORKLOAD), "--engine", "sim",
         "--hardware", HARDWARE, "--model", MODEL, "--space", str(FITS_SPACE),
         "--storage", f"sqlite:///{cwd / 'a.db'}", "--study", study, "--sampler", "grid",
-        "--seed", "1", "--warm-start", "0", "--confirm", "0", "--trials", "1",
-        "--time-scale", "50", "--max-requests", "12", "--concurrency", "4", *extra,
+        "--trials", "1", "--concurrency", "4", *tuner_args(cwd / "settings", settings), *extra,
     ]  # fmt: skip
 
 
-def _run(cwd: Path, study: str, *extra: str) -> subprocess.CompletedProcess[str]:
-    argv = autotune_argv(*_args(cwd, study, *extra))
+def _run(
+    cwd: Path, study: str, *extra: str, calibration: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    argv = autotune_argv(*_args(cwd, study, *extra, calibration=calibration))
     return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
@@ -75,7 +80,7 @@ def test_run_with_a_profile_measures_its_speed_stores_it_and_refuses_another(
     tmp_path: Path,
 ) -> None:
     slow = _profile(tmp_path / "slow.yaml")
-    calibrated = _run(tmp_path, "cal", "--calibration", str(slow))
+    calibrated = _run(tmp_path, "cal", calibration=slow)
     assert calibrated.returncode == 0, calibrated.stdout[-2000:] + calibrated.stderr[-2000:]
     plain = _run(tmp_path, "plain")
     assert plain.returncode == 0, plain.stdout[-2000:] + plain.stderr[-2000:]
@@ -101,12 +106,12 @@ def test_run_with_a_profile_measures_its_speed_stores_it_and_refuses_another(
     assert trial.values[0] < 0.8 * plain_trial.values[0], (trial.values, plain_trial.values)
 
     other = _profile(tmp_path / "other.yaml", SpeedConstants(bandwidth_efficiency=0.5))
-    for extra in (("--calibration", str(other)), ()):
+    for profile in (other, None):
         # Refused before anything starts: the CLI app in-process, no interpreter start.
-        refused = autotune_in_process(*_args(tmp_path, "cal", "--trials", "2", *extra))
+        refused = autotune_in_process(*_args(tmp_path, "cal", "--trials", "2", calibration=profile))
         assert refused.returncode == 2, refused.stdout[-2000:]
         lines = refused.stderr.strip().splitlines()
         assert len(lines) == 1, lines
         assert f"study 'cal' was run with calibration profile {slow}" in lines[0]
-        assert "resume with the same --calibration" in lines[0]
+        assert "resume with the same simulator.calibration setting" in lines[0]
     assert len(optuna.load_study(study_name="cal", storage=storage).trials) == 1

@@ -11,12 +11,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import REPO, SAMPLE_WORKLOAD, autotune_argv, output, wait_for
+from tests.e2e.conftest import (
+    REPO,
+    SAMPLE_WORKLOAD,
+    autotune_argv,
+    output,
+    tuner_args,
+    wait_for,
+)
 
 FITS_SPACE = REPO / "tests" / "e2e" / "data" / "fits.yaml"
 SEQS_SPACE = REPO / "tests" / "e2e" / "data" / "seqs.yaml"
 DEDUP_SPACE = REPO / "tests" / "e2e" / "data" / "tuner-dedup.yaml"
-FAST = ["--max-requests", "8", "--concurrency", "4"]
+FAST = {"load": {"max_requests": 8}, "seed": 1, "confirm": 0}
 TRIAL_LINE = re.compile(
     r"^\d\d:\d\d:\d\d trial (?P<n>\d+) \[(?P<pos>\d+)/3\] (?P<outcome>[\w-]+): "
     r"(?P<value>[\d,.]+) output_tok_s; kv_cache_memory_gib=(?P<kv>[\d.]+); \d+s; "
@@ -26,15 +33,21 @@ TRIAL_LINE = re.compile(
 
 
 def run_args(
-    tmp_path: Path, *extra: str, space: Path = FITS_SPACE, time_scale: int = 200
+    tmp_path: Path,
+    *extra: str,
+    space: Path = FITS_SPACE,
+    time_scale: int = 200,
+    settings: dict | None = None,
 ) -> list[str]:
     """Time scale 200 where only what is printed counts; 50 where a latency is compared."""
+    tuner = tuner_args(
+        tmp_path / "settings", FAST, {"simulator": {"time_scale": time_scale}}, settings or {}
+    )
     return [
         "run", "--workload", str(SAMPLE_WORKLOAD), "--engine", "sim",
         "--hardware", "rtx4080s-32g", "--model", "qwen3.6-27b-awq", "--space", str(space),
         "--storage", f"sqlite:///{tmp_path / 'studies' / 'autotune.db'}", "--study", "night",
-        "--sampler", "grid", "--seed", "1", "--confirm", "0",
-        "--time-scale", str(time_scale), *FAST, *extra,
+        "--sampler", "grid", "--concurrency", "4", *tuner, *extra,
     ]  # fmt: skip
 
 
@@ -90,8 +103,8 @@ def test_a_best_config_with_worse_latency_is_said_so(tmp_path: Path) -> None:
     summary says so, with the SLO that would keep the baseline's latency."""
     result = subprocess.run(
         autotune_argv(*run_args(tmp_path, "--trials", "2", "--mode", "concurrency",
-                                "--max-requests", "16", "--concurrency", "8", space=SEQS_SPACE,
-                                time_scale=50)),
+                                "--concurrency", "8", space=SEQS_SPACE, time_scale=50,
+                                settings={"load": {"max_requests": 16}})),
         cwd=tmp_path, capture_output=True, text=True, timeout=220,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
@@ -128,7 +141,7 @@ def test_on_a_terminal_the_live_display_counts_each_trial_once_and_the_log_is_ke
 def test_a_trial_s_start_line_names_the_values_it_launches_with(tmp_path: Path) -> None:
     """Before: the start line showed the searched max-num-batched-tokens, the end line the
     value LMCache's rule launched (2N-1), as if two configs had run."""
-    args = run_args(tmp_path, "--trials", "4", "--no-dedup", space=DEDUP_SPACE)
+    args = run_args(tmp_path, "--trials", "4", space=DEDUP_SPACE, settings={"dedup": False})
     done = subprocess.run(autotune_argv(*args), cwd=tmp_path, capture_output=True, text=True,
                           timeout=200)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr

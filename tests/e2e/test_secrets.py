@@ -29,6 +29,7 @@ from tests.e2e.conftest import (
     default_sigint,
     free_port,
     processes_in,
+    tuner_args,
     wait_for,
 )
 
@@ -103,8 +104,10 @@ def test_an_api_key_through_record_and_run_is_stored_nowhere(tmp_path: Path) -> 
         "run", "--workload", str(workload), "--engine", "sim",
         "--hardware", "rtx4080s-32g", "--model", SIM_ARGS[0], "--space", str(FITS_SPACE),
         "--storage", f"sqlite:///{tmp_path / 'autotune.db'}", "--study", "secrets",
-        "--sampler", "random", "--warm-start", "0", "--confirm", "0", "--no-dedup",
-        "--time-scale", "200", "--trials", "2",
+        "--sampler", "random", "--trials", "2",
+        *tuner_args(tmp_path / "settings", {
+            "warm_start": 0, "confirm": 0, "dedup": False, "simulator": {"time_scale": 200},
+        }),
     ]  # fmt: skip
     run = subprocess.run(
         autotune_argv(*args),

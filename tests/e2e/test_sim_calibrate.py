@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from autotune.calibration.points import save_points
-from tests.e2e.conftest import SAMPLE_WORKLOAD, autotune_argv
+from tests.e2e.conftest import SAMPLE_WORKLOAD, autotune_argv, tuner_args
 from tests.sim.test_calibrate import HARDWARE, MODEL, TRUTH, measured
 
 FITS_SPACE = Path(__file__).with_name("data") / "fits.yaml"
@@ -93,9 +93,12 @@ def test_calibrate_from_a_sim_study(tmp_path: Path) -> None:
     study = _run(
         "run", "--workload", str(SAMPLE_WORKLOAD), "--engine", "sim",
         "--hardware", HARDWARE, "--model", MODEL, "--space", str(FITS_SPACE),
-        "--storage", storage, "--study", "cal", "--sampler", "grid", "--seed", "1",
-        "--warm-start", "0", "--confirm", "0", "--trials", "3", "--time-scale", "200",
-        "--max-requests", "10", "--concurrency", "4",
+        "--storage", storage, "--study", "cal", "--sampler", "grid",
+        "--trials", "3", "--concurrency", "4",
+        *tuner_args(tmp_path / "settings", {
+            "seed": 1, "warm_start": 0, "confirm": 0,
+            "simulator": {"time_scale": 200}, "load": {"max_requests": 10},
+        }),
         cwd=tmp_path,
     )  # fmt: skip
     assert study.returncode == 0, study.stdout[-2000:] + study.stderr[-2000:]

@@ -19,7 +19,7 @@ from optuna.trial import TrialState
 
 from autotune.results.reader import load_study
 from autotune.trial.record import TrialRecord
-from tests.e2e.conftest import REPO, SAMPLE_WORKLOAD, autotune_argv, processes_in
+from tests.e2e.conftest import REPO, SAMPLE_WORKLOAD, autotune_argv, processes_in, tuner_args
 
 FITS_SPACE = REPO / "tests" / "e2e" / "data" / "fits.yaml"
 
@@ -29,8 +29,11 @@ def run(db: Path, trials: int, cwd: Path) -> subprocess.CompletedProcess[str]:
         "run", "--workload", str(SAMPLE_WORKLOAD), "--engine", "sim",
         "--hardware", "rtx4080s-32g", "--model", "qwen3.6-27b-awq", "--space", str(FITS_SPACE),
         "--storage", f"sqlite:///{db}", "--study", "s",
-        "--sampler", "random", "--no-dedup", "--warm-start", "0", "--confirm", "0",
-        "--time-scale", "50", "--max-requests", "8", "--trials", str(trials),
+        "--sampler", "random", "--trials", str(trials),
+        *tuner_args(cwd / "settings", {
+            "dedup": False, "warm_start": 0, "confirm": 0,
+            "simulator": {"time_scale": 50}, "load": {"max_requests": 8},
+        }),
     ]  # fmt: skip
     return subprocess.run(
         autotune_argv(*args),

@@ -22,16 +22,22 @@ from tests.e2e.conftest import (
     processes_in,
     sim_server_pids,
     trial_logs,
+    tuner_args,
     wait_for,
 )
 
 OOM_SPACE = REPO / "tests" / "e2e" / "data" / "oom-boundary.yaml"
 FITS_SPACE = REPO / "tests" / "e2e" / "data" / "fits.yaml"
-FAST = ["--max-requests", "10", "--concurrency", "4", "--confirm", "0"]
+FAST = {"load": {"max_requests": 10}, "confirm": 0, "seed": 1}
 
 
 def run_args(
-    db: Path, *extra: str, study: str = "e2e", space: Path = OOM_SPACE, time_scale: int = 200
+    db: Path,
+    *extra: str,
+    study: str = "e2e",
+    space: Path = OOM_SPACE,
+    time_scale: int = 200,
+    settings: dict | None = None,
 ) -> list[str]:
     """Time scale 200 where memory, outcomes and processes are asserted; 50 for SLOs and
     for interrupting a given trial."""
@@ -45,9 +51,8 @@ def run_args(
         "--storage", f"sqlite:///{db}",
         "--study", study,
         "--sampler", "grid",
-        "--seed", "1",
-        "--time-scale", str(time_scale),
-        *FAST,
+        "--concurrency", "4",
+        *tuner_args(db.parent, FAST, {"simulator": {"time_scale": time_scale}}, settings or {}),
         *extra,
     ]  # fmt: skip
 
@@ -65,7 +70,7 @@ def record(trial: FrozenTrial) -> TrialRecord:
 def test_a_study_launches_replays_scores_and_learns_where_oom_lives(tmp_path: Path) -> None:
     db = tmp_path / "studies" / "autotune.db"
     result = subprocess.run(
-        autotune_argv(*run_args(db, "--trials", "4", "--no-prescreen")),
+        autotune_argv(*run_args(db, "--trials", "4", settings={"prescreen": False})),
         cwd=tmp_path, capture_output=True, text=True, timeout=220,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr

@@ -25,22 +25,30 @@ from tests.e2e.conftest import (
     autotune_argv,
     output,
     trial_logs,
+    tuner_args,
     wait_for,
 )
 
 SMALL = REPO / "tests" / "e2e" / "data" / "tuner-small.yaml"
 DEDUP = REPO / "tests" / "e2e" / "data" / "tuner-dedup.yaml"
-FAST = ["--time-scale", "200", "--max-requests", "10", "--concurrency", "4"]
+FAST = {"simulator": {"time_scale": 200}, "load": {"max_requests": 10}, "seed": 1}
 
 
-def run(tmp_path: Path, space: Path, *extra: str) -> tuple[subprocess.CompletedProcess, list]:
+def fast(tmp_path: Path, settings: dict | None = None) -> list[str]:
+    """``--concurrency 4`` and ``--tuner FILE``: seed 1, FAST, then ``settings``."""
+    return ["--concurrency", "4", *tuner_args(tmp_path / "settings", FAST, settings or {})]
+
+
+def run(
+    tmp_path: Path, space: Path, *extra: str, settings: dict | None = None
+) -> tuple[subprocess.CompletedProcess, list]:
     db = tmp_path / "studies" / "autotune.db"
     result = subprocess.run(
         autotune_argv(
             "run", "--workload", str(SAMPLE_WORKLOAD), "--engine", "sim",
             "--hardware", "rtx4080s-32g", "--model", "qwen3.6-27b-awq",
             "--space", str(space), "--storage", f"sqlite:///{db}", "--study", "t",
-            "--seed", "1", *FAST, *extra,
+            *fast(tmp_path, settings), *extra,
         ),
         cwd=tmp_path, capture_output=True, text=True, timeout=400,
     )  # fmt: skip
@@ -63,8 +71,8 @@ def test_guided_run_seeds_from_predictions_never_relaunches_and_confirms(tmp_pat
     # The tail re-measures only: with the explore tail on, whether it launches a new config
     # instead turns on how the real server's runs came out (tests/tuner covers that rule).
     result, study = run(
-        tmp_path, SMALL, "--trials", "6", "--warm-start", "3", "--confirm", "2",
-        "--no-overtake", "--no-explore-tail",
+        tmp_path, SMALL, "--trials", "6",
+        settings={"warm_start": 3, "confirm": 2, "overtake": False, "explore_tail": False},
     )  # fmt: skip
     trials = study.get_trials(states=(TrialState.COMPLETE,))
     assert record(trials[0]).is_baseline
@@ -112,7 +120,7 @@ def test_guided_run_seeds_from_predictions_never_relaunches_and_confirms(tmp_pat
 def test_a_repeated_effective_config_is_answered_without_a_launch(tmp_path: Path) -> None:
     # Random search over six points that are three launchable configs (+1 predicted OOM):
     # eight trials must repeat, and a repeat launches nothing.
-    _, study = run(tmp_path, DEDUP, "--trials", "8", "--sampler", "random", "--confirm", "0")
+    _, study = run(tmp_path, DEDUP, "--trials", "8", "--sampler", "random", settings={"confirm": 0})
     trials = study.get_trials(states=(TrialState.COMPLETE,))
     duplicates = [t for t in trials if record(t).outcome == "duplicate"]
     assert duplicates
@@ -135,12 +143,13 @@ def test_trials_is_the_whole_budget_with_seeds_and_confirmations_inside(tmp_path
     # Defaults (warm start 4, confirm 3): --trials 1 runs the baseline alone. The tail
     # re-measures only: with the explore tail on, whether it launches a new config instead
     # turns on how the real server's runs came out (tests/tuner covers that rule).
-    result, study = run(tmp_path, SMALL, "--trials", "1", "--no-overtake", "--no-explore-tail")
+    plain_tail = {"overtake": False, "explore_tail": False}
+    result, study = run(tmp_path, SMALL, "--trials", "1", settings=plain_tail)
     assert len(study.trials) == 1 and record(study.trials[0]).is_baseline
     assert "[1/1]" in result.stdout and "[2/1]" not in result.stdout
     no_waiting(study)
     # Resumed to 7: baseline, 3 seeds, 3 re-measurements; nothing left enqueued.
-    result, study = run(tmp_path, SMALL, "--trials", "7", "--no-overtake", "--no-explore-tail")
+    result, study = run(tmp_path, SMALL, "--trials", "7", settings=plain_tail)
     assert len(study.trials) == 7
     assert all(t.state == TrialState.COMPLETE for t in study.trials)
     assert "[8/7]" not in result.stdout
@@ -157,7 +166,7 @@ def test_a_killed_study_resumes_to_exactly_its_budget(tmp_path: Path, spawn) -> 
         "run", "--workload", str(SAMPLE_WORKLOAD), "--engine", "sim",
         "--hardware", "rtx4080s-32g", "--model", "qwen3.6-27b-awq",
         "--space", str(SMALL), "--storage", f"sqlite:///{db}", "--study", "t",
-        "--seed", "1", "--trials", "6", "--heartbeat-interval", "1", *FAST,
+        "--trials", "6", "--heartbeat-interval", "1", *fast(tmp_path),
     ]  # fmt: skip
     process = spawn(*args, cwd=tmp_path)
 
@@ -188,7 +197,7 @@ def test_an_slo_out_of_reach_is_said_in_stdout_redirected_to_a_file(tmp_path: Pa
                 "run", "--workload", str(SAMPLE_WORKLOAD), "--engine", "sim",
                 "--hardware", "rtx4080s-32g", "--model", "qwen3.6-27b-awq",
                 "--space", str(SMALL), "--storage", f"sqlite:///{db}", "--study", "t",
-                "--seed", "1", *FAST, "--trials", "3", "--slo", "ttft_p95<=10ms",
+                *fast(tmp_path), "--trials", "3", "--slo", "ttft_p95<=10ms",
             ),
             cwd=tmp_path, stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=400,
         )  # fmt: skip

@@ -22,16 +22,20 @@ from tests.e2e.conftest import (
     output,
     processes_in,
     sim_server_pids,
+    tuner_args,
     wait_for,
 )
 from tests.e2e.test_study_sim import FITS_SPACE, OOM_SPACE
 
 pytestmark = pytest.mark.postgres
 
-FAST = ["--time-scale", "50", "--max-requests", "8", "--concurrency", "4"]
+FAST = {"seed": 1, "simulator": {"time_scale": 50}, "load": {"max_requests": 8}}
+RANDOM = {"dedup": False, "warm_start": 0, "confirm": 0}  # with --sampler random
 
 
-def run_args(url: str, *extra: str, space: Path = OOM_SPACE) -> list[str]:
+def run_args(
+    url: str, cwd: Path, *extra: str, space: Path = OOM_SPACE, settings: dict | None = None
+) -> list[str]:
     return [
         "run",
         "--workload", str(SAMPLE_WORKLOAD),
@@ -41,9 +45,9 @@ def run_args(url: str, *extra: str, space: Path = OOM_SPACE) -> list[str]:
         "--space", str(space),
         "--storage", url,
         "--study", "multi",
-        "--seed", "1",
         "--heartbeat-interval", "1",
-        *FAST,
+        "--concurrency", "4",
+        *tuner_args(cwd / "settings", FAST, settings or {}),
         *extra,
     ]  # fmt: skip
 
@@ -61,7 +65,9 @@ def _overlap(a: FrozenTrial, b: FrozenTrial) -> bool:
 def test_three_workers_run_every_trial_once_and_never_one_config_twice_at_once(
     tmp_path: Path, postgres_url: str
 ) -> None:
-    args = run_args(postgres_url, "--gpus", "0,1,2", "--trials", "9", "--confirm", "2")
+    args = run_args(
+        postgres_url, tmp_path, "--gpus", "0,1,2", "--trials", "9", settings={"confirm": 2}
+    )
     result = subprocess.run(
         autotune_argv(*args), cwd=tmp_path, capture_output=True, text=True, timeout=280
     )
@@ -97,8 +103,9 @@ def test_three_workers_run_every_trial_once_and_never_one_config_twice_at_once(
 def test_kill_9_of_one_worker_leaves_no_server_and_another_worker_retries_its_trial(
     tmp_path: Path, postgres_url: str, spawn
 ) -> None:
-    args = run_args(postgres_url, "--gpus", "0,1,2", "--trials", "8", space=FITS_SPACE)
-    args += ["--sampler", "random", "--no-dedup", "--warm-start", "0", "--confirm", "0"]
+    args = run_args(postgres_url, tmp_path, "--gpus", "0,1,2", "--trials", "8", space=FITS_SPACE,
+                    settings=RANDOM)  # fmt: skip
+    args += ["--sampler", "random"]
     process = spawn(*args, cwd=tmp_path)
 
     def serving_worker() -> int | None:
@@ -134,7 +141,9 @@ def test_kill_9_of_one_worker_leaves_no_server_and_another_worker_retries_its_tr
 def test_a_worker_on_other_hardware_is_refused_unless_allowed(
     tmp_path: Path, postgres_url: str
 ) -> None:
-    args = run_args(postgres_url, "--trials", "1", "--warm-start", "0", "--confirm", "0")
+    args = run_args(
+        postgres_url, tmp_path, "--trials", "1", settings={"warm_start": 0, "confirm": 0}
+    )
     created = subprocess.run(
         autotune_argv(*args), cwd=tmp_path, capture_output=True, text=True, timeout=150
     )
@@ -176,8 +185,9 @@ def _children(parent: int) -> list[int]:
 def test_kill_9_of_run_gpus_takes_its_workers_and_their_servers_with_it(
     tmp_path: Path, postgres_url: str, spawn
 ) -> None:
-    args = run_args(postgres_url, "--gpus", "0,1", "--trials", "8", space=FITS_SPACE)
-    args += ["--sampler", "random", "--no-dedup", "--warm-start", "0", "--confirm", "0"]
+    args = run_args(postgres_url, tmp_path, "--gpus", "0,1", "--trials", "8", space=FITS_SPACE,
+                    settings=RANDOM)  # fmt: skip
+    args += ["--sampler", "random"]
     process = spawn(*args, cwd=tmp_path)
 
     def serving() -> bool:

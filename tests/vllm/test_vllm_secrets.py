@@ -17,6 +17,7 @@ from optuna.trial import TrialState
 
 from autotune.workload.gen import fixed
 from autotune.workload.io import write_workload
+from tests.e2e.conftest import tuner_args
 from tests.e2e.test_secrets import files_holding
 from tests.vllm.conftest import TINY_MODEL, VLLM_EXECUTABLE
 
@@ -42,11 +43,14 @@ def test_a_keyed_vllm_study_stores_the_key_nowhere(tmp_path: Path) -> None:
     }
     argv = [
         sys.executable, "-m", "autotune", "run",
-        "--engine", "vllm", "--vllm-executable", str(VLLM_EXECUTABLE),
+        "--engine", "vllm",
         "--model", str(TINY_MODEL), "--space", str(SPACE), "--workload", str(workload),
-        "--trials", "1", "--sampler", "grid", "--confirm", "0", "--warm-start", "0",
-        "--mode", "concurrency", "--concurrency", "2", "--max-requests", "4",
-        "--startup-timeout", "4m", "--storage", f"sqlite:///{db}", "--study", "keyed",
+        "--trials", "1", "--sampler", "grid", "--mode", "concurrency", "--concurrency", "2",
+        *tuner_args(tmp_path / "settings", {
+            "confirm": 0, "warm_start": 0, "load": {"max_requests": 4},
+            "engine": {"vllm_executable": str(VLLM_EXECUTABLE), "startup_timeout_s": 240},
+        }),
+        "--storage", f"sqlite:///{db}", "--study", "keyed",
     ]  # fmt: skip
     done = subprocess.run(argv, cwd=run_dir, env=env, capture_output=True, timeout=560)
     (run_dir / "autotune.out").write_bytes(done.stdout + done.stderr)

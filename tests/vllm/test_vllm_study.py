@@ -14,6 +14,7 @@ from optuna.trial import TrialState
 from autotune.trial.record import TrialRecord
 from autotune.workload.gen import fixed
 from autotune.workload.io import write_workload
+from tests.e2e.conftest import tuner_args
 from tests.vllm.conftest import TINY_MODEL, VLLM_EXECUTABLE
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
@@ -35,19 +36,17 @@ def test_three_trial_study_on_real_vllm(tmp_path):
     argv = [
         sys.executable, "-m", "autotune", "run",
         "--engine", "vllm",
-        "--vllm-executable", str(VLLM_EXECUTABLE),
         "--model", str(TINY_MODEL),
         "--space", str(SPACE),
         "--workload", str(workload),
         "--trials", "3",
         "--sampler", "grid",
-        "--confirm", "0",
-        "--no-dedup",
-        "--seed", "0",
         "--mode", "concurrency",
         "--concurrency", "4",
-        "--max-requests", "8",
-        "--startup-timeout", "4m",
+        *tuner_args(tmp_path / "settings", {
+            "confirm": 0, "dedup": False, "seed": 0, "load": {"max_requests": 8},
+            "engine": {"vllm_executable": str(VLLM_EXECUTABLE), "startup_timeout_s": 240},
+        }),
         "--storage", f"sqlite:///{db}",
         "--study", "tiny",
     ]  # fmt: skip

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from autotune.replay.token_check import TOLERANCE
+from tests.e2e.conftest import tuner_args
 from tests.e2e.test_real_traces_replay import need, shared_data
 from tests.vllm.conftest import TINY_MODEL, VLLM_EXECUTABLE
 
@@ -36,9 +37,10 @@ def _autotune(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 def _try_on_vllm(workload: Path, cwd: Path, space: Path, *load: str) -> dict:
     done = _autotune(
-        "try", "--engine", "vllm", "--vllm-executable", str(VLLM_EXECUTABLE),
-        "--model", str(TINY_MODEL), "--space", str(space), "--workload", str(workload),
-        "--json", *load, cwd=cwd,
+        "try", "--engine", "vllm", "--model", str(TINY_MODEL), "--space", str(space),
+        "--workload", str(workload), "--json", *load,
+        *tuner_args(cwd / "settings", {"engine": {"vllm_executable": str(VLLM_EXECUTABLE)}}),
+        cwd=cwd,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "no tokenizer" not in done.stderr  # the tiny model's own tokenizer was found
