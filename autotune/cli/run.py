@@ -42,13 +42,13 @@ from autotune.engines import kill_all_servers
 from autotune.errors import InputError
 from autotune.results.compare import study_plan
 from autotune.results.reader import LoadedStudy, TrialRow, load_study, study_names
-from autotune.run_settings import read_run_settings
 from autotune.study import StudySpec, completed_count, completed_trials, run_log_path, run_study
 from autotune.study.setup import RunOptions, prepare_study
 from autotune.study.verdict import stored_verdict
 from autotune.study.workers import gpu_groups, refuse_sqlite, run_workers
 from autotune.trial.objective import METRIC_NAMES, ObjectiveName
 from autotune.tuner.kv_bounds import kv_bound_warning
+from autotune.tuner.settings_file import read_run_settings
 from autotune.workload.stats import IdealPrefixHits
 
 WIDE_SHOW_COLUMNS = 160  # below this width `show` lists parameters under the table

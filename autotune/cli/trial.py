@@ -22,11 +22,11 @@ from autotune.cli._common import (
 from autotune.config.space import SearchSpace, default_space_path
 from autotune.defaults import DEFAULT_RUNS_DIR
 from autotune.errors import InputError
-from autotune.run_settings import read_run_settings
 from autotune.study import run_configured_trial, score_result
 from autotune.study.setup import RunOptions, prepare_study
 from autotune.trial.objective import Score
 from autotune.trial.run import TrialResult, derive_config
+from autotune.tuner.settings_file import read_run_settings
 
 
 def register(app: typer.Typer) -> None:

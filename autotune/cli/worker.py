@@ -7,8 +7,14 @@ from typing import Annotated
 
 import optuna
 import typer
+from pydantic import ValidationError
 
-from autotune.cli._common import StorageOption, console, handle_errors
+from autotune.cli._common import (
+    StorageOption,
+    console,
+    format_validation_error,
+    handle_errors,
+)
 from autotune.cli._run_output import RunOutput
 from autotune.cli.run import run_with_output
 from autotune.defaults import DEFAULT_STORAGE_URL
@@ -54,7 +60,15 @@ def worker(
             f"--study {study!r} holds no run options to join with; "
             "run `autotune run` on it once with this version"
         )
-    options = RunOptions.model_validate(attrs["run_options"] | {"storage": storage, "study": study})
+    try:
+        options = RunOptions.model_validate(
+            attrs["run_options"] | {"storage": storage, "study": study}
+        )
+    except ValidationError as exc:
+        raise InputError(
+            f"--study {study!r}: its run options are another version's "
+            f"({format_validation_error(exc)}); run `autotune run` on it once with this version"
+        ) from None
     out = console()
     found: list[str] = []
     spec = prepare_study(options, say=found.append)

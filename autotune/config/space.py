@@ -13,7 +13,7 @@ A space file (``search_spaces/*.yaml``) declares:
 - ``baseline``: the hand-tuned starting point, enqueued as the first trial;
 - ``allow_unknown_flags``: flags of a newer vLLM than the known-flag list has.
 - ``tuner``: optional settings of the search and the run's details
-  (``autotune.run_settings``, docs/tuner.md), read as they are here: they are no
+  (``autotune.tuner.settings_file``, docs/tuner.md), read as they are here: they are no
   part of what a study's space is (``digest``).
 
 Every flag name is checked against the engine's flags before the first trial
@@ -149,7 +149,7 @@ class SearchSpace(BaseModel):
     baseline: dict[str, Any] = Field(default_factory=dict)
     # Flags the engine's known-flag list lacks (a newer vLLM's), passed without the check.
     allow_unknown_flags: list[str] = Field(default_factory=list)
-    tuner: dict[str, Any] = Field(default_factory=dict)  # validated by autotune.run_settings
+    tuner: dict[str, Any] = Field(default_factory=dict)  # validated by autotune.tuner.settings_file
 
     @field_validator("tuner", mode="before")
     @classmethod

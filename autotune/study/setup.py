@@ -58,9 +58,9 @@ REAL_ENGINE_CERTAIN_OOM_MARGIN = 0.10
 
 
 class RunOptions(BaseModel):
-    """Everything `autotune run` accepts, validated."""
+    """Everything `autotune run` accepts, validated (an unknown field is refused)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     objective: str = "throughput"
     workload: Path

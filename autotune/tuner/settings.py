@@ -2,7 +2,7 @@
 
 Each key is documented once, with its default and why, in docs/tuner.md. They are
 read from a space file's ``tuner:`` section or a ``--tuner FILE``
-(``autotune.run_settings``), stored with the study (a resume and ``autotune worker``
+(``autotune.tuner.settings_file``), stored with the study (a resume and ``autotune worker``
 use the same), and handed to ``Tuner`` whole. Like an Optuna sampler's constructor
 arguments, they are the search's own knobs, not the user's decisions about the run.
 """
