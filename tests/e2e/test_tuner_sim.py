@@ -133,6 +133,22 @@ def test_a_repeated_effective_config_is_answered_without_a_launch(tmp_path: Path
         assert trial.value == original.value
 
 
+@pytest.mark.timeout(420)
+def test_with_dedup_off_a_repeated_effective_config_is_launched_again(tmp_path: Path) -> None:
+    """``dedup: false`` in --tuner FILE: the same random draws launch repeats (before: the
+    option --no-dedup; no settings file)."""
+    _, study = run(
+        tmp_path, DEDUP, "--trials", "6", "--sampler", "random",
+        settings={"confirm": 0, "dedup": False},
+    )  # fmt: skip
+    trials = study.get_trials(states=(TrialState.COMPLETE,))
+    assert not [t for t in trials if record(t).outcome == "duplicate"]
+    logs = trial_logs(tmp_path / "studies" / "runs")
+    launched = [launch_key(t) for t in trials if t.number in logs]
+    assert len(set(launched)) < len(launched), launched  # some config launched twice
+    assert study.user_attrs["tuner"]["dedup"] is False
+
+
 def no_waiting(study: optuna.Study) -> None:
     waiting = study.get_trials(states=(TrialState.WAITING,))
     assert not waiting, [(t.number, t.user_attrs) for t in waiting]
