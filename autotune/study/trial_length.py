@@ -1,6 +1,6 @@
 """How long each trial replays: the whole workload, or a default budget when that is long.
 
-With neither ``--duration`` nor ``--max-requests`` a trial replays the whole
+With neither ``--duration`` nor ``load.max_requests`` (docs/tuner.md) a trial replays the whole
 workload. A long recorded trace (hundreds of 100k-token agent requests) makes
 that many modelled hours per trial, so one trial would eat a night. The
 pre-flight predicts the baseline config's replay once on the simulator and, when
