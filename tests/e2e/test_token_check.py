@@ -17,7 +17,7 @@ from autotune.replay.runner import replay
 from autotune.workload.expand import expand
 from autotune.workload.gen import ChatParams, chat, fixed
 from autotune.workload.io import write_workload
-from tests.e2e.conftest import autotune_argv, start_sims
+from tests.e2e.conftest import autotune_argv, start_sims, tuner_args
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -82,8 +82,9 @@ def test_a_study_on_the_simulator_counts_in_the_served_models_tokenizer(tmp_path
     write_workload(workload, [small.header, *small.requests])
     argv = autotune_argv(
         "try", "--workload", str(workload), "--model", "qwen3.6-27b-awq",
-        "--hardware", "rtx4080s-32g", "--time-scale", "50", "--mode", "concurrency",
-        "--tokenizer", str(model), "--json",
+        "--hardware", "rtx4080s-32g", "--mode", "concurrency", "--json",
+        *tuner_args(tmp_path, {"simulator": {"time_scale": 50},
+                               "engine": {"tokenizer": str(model)}}),
     )  # fmt: skip
     done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
