@@ -217,7 +217,7 @@ def test_the_advised_max_context_slices_to_a_workload_the_preflight_accepts(
 ) -> None:
     """Before: the advice said "--max-context N"; the value a user guessed could keep
     nothing. Now it names the value, the slice keeps what it says, and the run starts."""
-    refused = in_process(tmp_path, *sim_run(claude_code, "--max-model-len", "65536"))
+    refused = in_process(tmp_path, *sim_run(claude_code, *fixed_length_space(tmp_path, 65536)))
     assert refused.returncode == 2
     advice = re.search(
         r"workload slice --max-context (\d+) keeps (\d+) of the (\d+) that can run", refused.stderr
@@ -232,8 +232,9 @@ def test_the_advised_max_context_slices_to_a_workload_the_preflight_accepts(
     assert f"kept {keeps} requests" in cut.stdout
     result = autotune(
         tmp_path,
-        *sim_run(sliced, "--max-model-len", "65536", "--trials", "1", "--time-scale", "200",
-                 "--max-requests", "2", "--warm-start-budget", "2s"),
+        *sim_run(sliced, *fixed_length_space(tmp_path, 65536), "--trials", "1",
+                 *tuner_args(tmp_path, {"warm_start_budget_s": 2.0, "load": {"max_requests": 2},
+                                        "simulator": {"time_scale": 200}})),
         timeout=280,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr

@@ -15,6 +15,7 @@ from autotune.cli import app
 from autotune.config.known_flags import sim_flags, vllm_flags
 from autotune.config.space import check_flags, load_space
 from autotune.errors import SpaceError
+from tests.e2e.conftest import tuner_args
 
 REPO = Path(__file__).resolve().parents[2]
 WORKLOAD = REPO / "workloads" / "sample-claudecode.jsonl"
@@ -32,15 +33,25 @@ parameters:
 """
 
 
-def run(tmp_path: Path, space_text: str, *extra: str) -> tuple[int, str, Path]:
+# A budget that ends fast if nothing refuses the space.
+QUICK = {
+    "warm_start": 0,
+    "confirm": 0,
+    "load": {"max_requests": 2},
+    "simulator": {"time_scale": 200},
+}
+
+
+def run(
+    tmp_path: Path, space_text: str, *extra: str, settings: tuple[dict, ...] = ()
+) -> tuple[int, str, Path]:
     """`autotune run` on a space file (a budget that ends fast if nothing refuses it)."""
     space = tmp_path / "space.yaml"
     space.write_text(space_text)
     args = ["run", "--workload", str(WORKLOAD), "--engine", "sim", "--hardware", "rtx4080s-32g",
             "--model", "qwen3.6-27b-awq", "--space", str(space),
-            "--storage", f"sqlite:///{tmp_path / 'a.db'}", "--trials", "1", "--max-requests", "2",
-            "--sampler", "random", "--warm-start", "0", "--confirm", "0", "--time-scale", "200",
-            *extra]  # fmt: skip
+            "--storage", f"sqlite:///{tmp_path / 'a.db'}", "--trials", "1", "--sampler", "random",
+            *tuner_args(tmp_path / "settings", QUICK, *settings), *extra]  # fmt: skip
     with contextlib.chdir(tmp_path):  # the run's own files (studies/) would land here
         result = CliRunner().invoke(app, args)
     return result.exit_code, result.stderr, space
@@ -95,8 +106,8 @@ def test_a_secret_in_any_spelling_is_refused_and_nothing_stored(
 @pytest.mark.parametrize("engine", ["sim", "vllm"])
 def test_a_misspelled_flag_is_refused_before_the_first_trial(tmp_path: Path, engine: str) -> None:
     text = HEAD + "fixed:\n  language-model-only: true\n  kv-cache-dtpye: fp8\n"
-    extra = ("--vllm-executable", "/nonexistent/vllm") if engine == "vllm" else ()
-    code, err, space = run(tmp_path, text, "--engine", engine, *extra)
+    settings = ({"engine": {"vllm_executable": "/nonexistent/vllm"}},) if engine == "vllm" else ()
+    code, err, space = run(tmp_path, text, "--engine", engine, settings=settings)
     assert code == 2, err
     assert len(err.strip().splitlines()) == 1, err
     assert f"{space}:{line_of(space, 'kv-cache-dtpye')}: fixed.kv-cache-dtpye: " in err

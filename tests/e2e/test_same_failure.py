@@ -13,7 +13,7 @@ from autotune.replay.records import ReplayStats
 from autotune.study.verdict import SAME_FAILURE_TRIALS, SameFailureWatch, stored_verdict
 from autotune.trial.record import TrialRecord
 from autotune.vocabulary import Failure, FailureClass, Outcome
-from tests.e2e.conftest import REPO, SAMPLE_WORKLOAD, autotune_argv, processes_in
+from tests.e2e.conftest import REPO, SAMPLE_WORKLOAD, autotune_argv, processes_in, tuner_args
 
 FITS_SPACE = REPO / "tests" / "e2e" / "data" / "fits.yaml"
 REJECTED = "argument --kv-cache-dtype: invalid choice: 'fp9'"
@@ -28,9 +28,9 @@ def test_a_value_the_engine_rejects_stops_the_run_after_three_launches(tmp_path:
     args = [
         "run", "--workload", str(SAMPLE_WORKLOAD), "--engine", "sim",
         "--hardware", "rtx4080s-32g", "--model", "qwen3.6-27b-awq", "--space", str(space),
-        "--storage", f"sqlite:///{db}", "--study", "bad", "--sampler", "random", "--seed", "3",
-        "--warm-start", "0", "--confirm", "0", "--no-dedup", "--time-scale", "200",
-        "--max-requests", "4", "--trials", "20",
+        "--storage", f"sqlite:///{db}", "--study", "bad", "--sampler", "random", "--trials", "20",
+        *tuner_args(tmp_path, {"seed": 3, "warm_start": 0, "confirm": 0, "dedup": False,
+                               "load": {"max_requests": 4}, "simulator": {"time_scale": 200}}),
     ]  # fmt: skip
     run = subprocess.run(
         autotune_argv(*args), cwd=tmp_path, capture_output=True, text=True, timeout=200

@@ -154,8 +154,10 @@ def test_a_key_a_server_echoes_is_redacted_in_every_log_attr_and_the_screen(
         "run", "--workload", str(REPO / "workloads" / "sample-claudecode.jsonl"),
         "--engine", "sim", "--hardware", "rtx4080s-32g", "--model", SIM_ARGS[0],
         "--space", str(FITS_SPACE), "--storage", f"sqlite:///{tmp_path / 'autotune.db'}",
-        "--study", "echo", "--sampler", "random", "--warm-start", "0", "--confirm", "0",
-        "--no-dedup", "--time-scale", "200", "--max-requests", "4", "--trials", "5",
+        "--study", "echo", "--sampler", "random", "--trials", "5",
+        *tuner_args(tmp_path / "settings", {"warm_start": 0, "confirm": 0, "dedup": False,
+                                            "load": {"max_requests": 4},
+                                            "simulator": {"time_scale": 200}}),
     ]  # fmt: skip
     env = {**os.environ, variable: SECRET, FAULT_SCHEDULE_ENV: str(schedule), "COLUMNS": "200"}
     run = subprocess.run(
