@@ -9,7 +9,8 @@
     ├── StorageError              a storage URL that cannot be opened
     ├── EngineError               the engine could not be driven (not a trial outcome)
     │   └── ServerStartFailed     the server did not come up; carries a Failure
-    └── ReplayError               the replayer itself failed (never a server error)
+    └── ReplayError               the replay could not run: the replayer itself failed
+        └── ServerNotAnswering    the server takes connections but answers nothing (stopped, hung)
 
 A server that crashes, OOMs or misses an SLO is a trial outcome, not an
 exception: only ServerStartFailed crosses the engine boundary, and trial.py
@@ -66,3 +67,11 @@ class ServerStartFailed(EngineError):
 
 class ReplayError(AutotuneError):
     """The replayer itself failed (never raised for server-side errors)."""
+
+
+class ServerNotAnswering(ReplayError):
+    """The server accepts connections but sends no answer in time (stopped or hung).
+
+    Raised by ``autotune replay``'s replays only: in a trial the trial's time limit
+    decides (outcome ``trial-timeout``).
+    """

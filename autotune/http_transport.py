@@ -10,6 +10,11 @@ carries many SSE events.
 
 aiohttp's errors are translated to httpx's here, where they enter, so the
 client sees one exception tree whatever the transport.
+
+Timeouts: each request's httpx timeout (``request.extensions["timeout"]``, set by
+the client from its ``timeout=`` or a call's own) becomes aiohttp's: ``connect``
+bounds the TCP connect, ``read`` every wait for bytes (the response head, then
+each read of the body). ``None`` waits for ever, as in httpx.
 """
 
 from __future__ import annotations
@@ -31,15 +36,23 @@ class _AiohttpStream(httpx.AsyncByteStream):
         try:
             async for data in self._response.content.iter_any():
                 yield data
+        except TimeoutError as exc:  # aiohttp's SocketTimeoutError: no byte within `read`
+            raise httpx.ReadTimeout(str(exc) or "read timed out") from exc
         except aiohttp.ClientPayloadError as exc:
             raise httpx.RemoteProtocolError(str(exc) or "cut response body") from exc
         except aiohttp.ClientError as exc:
             raise httpx.ReadError(str(exc) or type(exc).__name__) from exc
-        except TimeoutError as exc:
-            raise httpx.ReadTimeout(str(exc) or "read timed out") from exc
 
     async def aclose(self) -> None:
         self._response.release()
+
+
+def _client_timeout(request: httpx.Request) -> aiohttp.ClientTimeout:
+    """aiohttp's timeouts for this request from httpx's (``None``: no limit)."""
+    timeout = request.extensions.get("timeout", {})
+    return aiohttp.ClientTimeout(
+        total=None, sock_connect=timeout.get("connect"), sock_read=timeout.get("read")
+    )
 
 
 class AiohttpTransport(httpx.AsyncBaseTransport):
@@ -75,15 +88,18 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                 data=body or None,
                 allow_redirects=False,
                 read_bufsize=READ_CHUNK_BYTES,
+                timeout=_client_timeout(request),
             )
+        except aiohttp.ConnectionTimeoutError as exc:
+            raise httpx.ConnectTimeout(str(exc) or "connect timed out", request=request) from exc
+        except TimeoutError as exc:  # SocketTimeoutError: no response head within `read`
+            raise httpx.ReadTimeout(str(exc) or "read timed out", request=request) from exc
         except aiohttp.ClientConnectorError as exc:
             raise httpx.ConnectError(str(exc), request=request) from exc
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
             raise httpx.RemoteProtocolError(str(exc), request=request) from exc
         except aiohttp.ClientError as exc:
             raise httpx.TransportError(str(exc), request=request) from exc
-        except TimeoutError as exc:
-            raise httpx.ConnectTimeout(str(exc), request=request) from exc
         return httpx.Response(
             response.status,
             headers=list(response.raw_headers),

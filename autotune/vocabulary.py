@@ -46,7 +46,7 @@ class Outcome(StrEnum):
     INTERRUPTED = "interrupted"
     OWN_ERROR = "error"  # autotune itself failed (a FAIL trial; the reason is stored)
     NO_REQUESTS = "no-requests"  # the replay completed nothing
-    TRIAL_TIMEOUT = "trial-timeout"  # the trial ran past --trial-timeout
+    TRIAL_TIMEOUT = "trial-timeout"  # the trial ran past its time limit (--trial-timeout)
     DUPLICATE = "duplicate"  # the same launch as an earlier trial: its result, no launch
     PRUNED = "pruned"  # stopped early: its throughput so far was far below the best's
 

@@ -190,13 +190,16 @@ class ServerProcess:
         return self.exit_code() is None or bool(self.members())
 
     def _signal(self, sig: signal.Signals) -> None:
-        targets = {self.pid, *self.members()}
-        for pid in sorted(targets):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                if pid == self.pid:
-                    os.killpg(pid, sig)
-                else:
-                    os.kill(pid, sig)
+        """``sig`` to every member; SIGCONT after it, so that a stopped (SIGSTOP) server
+        acts on a SIGINT or SIGTERM now rather than waiting for SIGKILL."""
+        targets = sorted({self.pid, *self.members()})
+        for follow in (sig, signal.SIGCONT) if sig != signal.SIGKILL else (sig,):
+            for pid in targets:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    if pid == self.pid:
+                        os.killpg(pid, follow)
+                    else:
+                        os.kill(pid, follow)
 
     async def wait_exit(self, timeout_s: float) -> int | None:
         """Wait up to ``timeout_s`` for the main process to exit; its exit code or None."""

@@ -14,6 +14,12 @@ such events; E2E at the last data event. Durations are wall seconds times
 The hot loop avoids per-chunk overhead: raw bytes, one split per read, one
 ``json.loads`` per event, one timestamp per read (the events of one read
 arrived together).
+
+Timeouts (wall seconds; every call the replay makes has one, see the constants):
+a request's connect is bounded by ``CONNECT_TIMEOUT_S`` and the whole request by
+its ``timeout_s``, but its reads are not, because a healthy stream can be
+silent for minutes (a 100k-token prefill on a slow GPU before the first token).
+The short calls (``/v1/models``, ``/tokenize``) are bounded by ``CALL_TIMEOUT_S``.
 """
 
 from __future__ import annotations
@@ -27,10 +33,23 @@ from typing import Any
 import httpx
 import numpy as np
 
-from autotune.errors import ReplayError
+from autotune.errors import ReplayError, ServerNotAnswering
 from autotune.replay.payloads import ENDPOINT_PATHS, request_body, request_headers
 from autotune.replay.records import RequestError, RequestRecord
 from autotune.workload.plan import PlannedRequest
+
+# A TCP connect to a live host completes in milliseconds, even when the server process
+# is busy or stopped (the kernel's listen backlog accepts for it): 10 s passes only
+# when the host is unreachable or the backlog is full.
+CONNECT_TIMEOUT_S = 10.0
+# /v1/models and /tokenize are answered by vLLM's API server process in milliseconds,
+# however busy the GPU (the engine runs in another process); 30 s leaves room for a
+# CPU-starved host and still tells a stopped or hung server within half a minute.
+CALL_TIMEOUT_S = 30.0
+CALL_TIMEOUT = httpx.Timeout(CALL_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
+# A generation request: connect bounded, reads not (the request's own time limit,
+# ``timeout_s``, bounds it whole; the trial's time limit is the backstop).
+STREAM_TIMEOUT = httpx.Timeout(None, connect=CONNECT_TIMEOUT_S)
 
 _DATA = b"data:"
 _DONE = b"[DONE]"
@@ -208,7 +227,11 @@ async def send_request(
     try:
         async with asyncio.timeout(timeout_s / time_scale):
             async with client.stream(
-                "POST", ENDPOINT_PATHS[request.endpoint], content=body, headers=headers
+                "POST",
+                ENDPOINT_PATHS[request.endpoint],
+                content=body,
+                headers=headers,
+                timeout=STREAM_TIMEOUT,
             ) as response:
                 status = response.status_code
                 if status >= 400:
@@ -284,14 +307,21 @@ _NO_GAPS = np.zeros(0, dtype=np.float64)
 async def fetch_model_name(client: httpx.AsyncClient, *, api_key: str | None = None) -> str:
     """The first model id the server lists at /v1/models.
 
-    Raises ReplayError when the server cannot be asked or lists none.
+    Raises ServerNotAnswering when the server accepts the connection but sends no
+    answer within ``CALL_TIMEOUT_S`` (stopped or hung), ReplayError when it cannot
+    be asked otherwise or lists none.
     """
     headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        response = await client.get("/v1/models", headers=headers)
+        response = await client.get("/v1/models", headers=headers, timeout=CALL_TIMEOUT)
         response.raise_for_status()
         models = response.json()["data"]
         return str(models[0]["id"])
+    except httpx.TimeoutException as exc:
+        raise ServerNotAnswering(
+            f"the server at {client.base_url} did not answer GET /v1/models within "
+            f"{CALL_TIMEOUT_S:g} s ({type(exc).__name__}): is it stopped (SIGSTOP) or hung?"
+        ) from exc
     except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
         raise ReplayError(
             f"cannot read the model name from {client.base_url}v1/models: {exc}"

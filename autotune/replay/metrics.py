@@ -15,7 +15,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from autotune.errors import ReplayError
+from autotune.errors import ReplayError, ServerNotAnswering
 from autotune.vocabulary import ServerStats
 
 MetricSamples = dict[str, list[Sample]]
@@ -36,6 +36,12 @@ WAITING = "vllm:num_requests_waiting"
 KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 CACHE_CONFIG = "vllm:cache_config_info"
 PEAK_GAUGES = (RUNNING, WAITING, *KV_USAGE)
+
+# vLLM's API server answers /metrics in milliseconds however busy the GPU (the engine
+# runs in another process); a scrape missed during a replay only loses one sample, so
+# a short limit costs nothing and keeps a hung server from holding the replay.
+SCRAPE_TIMEOUT_S = 10.0
+SCRAPE_TIMEOUT = httpx.Timeout(SCRAPE_TIMEOUT_S)
 
 NEAR_ZERO_HIT_RATE = 0.02  # below this a prefix cache is "not hitting"
 SHARED_PREFIX_RATIO = 0.10  # a plan whose prompts share at least this much has shared prefixes
@@ -186,11 +192,19 @@ def server_stats_between(before: str, after: str, samples: Sequence[str] = ()) -
 
 
 async def scrape(client: httpx.AsyncClient, url: str) -> str:
-    """GET ``url``/metrics as text. Raises ReplayError when it cannot be read."""
+    """GET ``url``/metrics as text, within ``SCRAPE_TIMEOUT_S``.
+
+    Raises ServerNotAnswering when no answer came in time, ReplayError when it
+    cannot be read otherwise.
+    """
     target = f"{url.rstrip('/')}/metrics"
     try:
-        response = await client.get(target)
+        response = await client.get(target, timeout=SCRAPE_TIMEOUT)
         response.raise_for_status()
+    except httpx.TimeoutException as exc:
+        raise ServerNotAnswering(
+            f"{target} did not answer within {SCRAPE_TIMEOUT_S:g} s ({type(exc).__name__})"
+        ) from exc
     except httpx.HTTPError as exc:
         raise ReplayError(f"cannot scrape {target}: {exc}") from exc
     return response.text

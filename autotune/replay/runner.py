@@ -22,20 +22,28 @@ Early stop: when the waiting queue grows without bound (the server's
 mode the client's own backlog of unanswered requests) or the server stops
 accepting connections, sending stops, requests in flight are abandoned
 (not recorded) and ``ReplayStats.stopped_early`` says why.
+
+A stopped or hung server (it takes connections but answers nothing): every call
+has a timeout (``client.py``, ``metrics.py``), and with ``unanswered_limit_s``
+(``autotune replay``) the replay gives up with ``ServerNotAnswering`` when the
+server does not answer the first ``GET /v1/models`` or leaves ``/metrics``
+unanswered that long. A trial passes None: its time limit decides
+(``trial-timeout``, trial.py), so a hang is never scored as a measurement.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable
 
 import httpx
 from pydantic import BaseModel
 
-from autotune.errors import ReplayError
+from autotune.errors import ReplayError, ServerNotAnswering
 from autotune.http_transport import AiohttpTransport
-from autotune.replay.client import fetch_model_name
+from autotune.replay.client import CALL_TIMEOUT, fetch_model_name
 from autotune.replay.http_driver import HttpDriver
 from autotune.replay.load import LoadSpec, ReplayObserver, RequestSlo
 from autotune.replay.load_policy import Progress
@@ -48,6 +56,11 @@ from autotune.workload.plan import WorkloadPlan
 
 MIN_SCRAPE_INTERVAL_S = 0.25  # wall: a time-scaled server is still scraped at most this often
 SATURATION_CHECK_S = 1.0  # wall: client-backlog checks when /metrics is not scraped
+# `autotune replay` gives up on a server whose /metrics has answered nothing for this long
+# (wall). vLLM's API server answers it in milliseconds while its GPU prefills for minutes
+# (the engine runs in another process), so a minute of silence is no slow GPU: the server
+# is stopped or hung. Several scrapes (SCRAPE_TIMEOUT_S each) fail before it passes.
+UNANSWERED_LIMIT_S = 60.0
 
 
 def _wall_interval_s(scrape_interval_s: float | None, server_time_scale: float) -> float:
@@ -73,8 +86,11 @@ async def _monitor(
     interval_s: float,
     scraping: bool,
     samples: list[str],
-) -> None:
-    """Scrape /metrics every ``interval_s`` (wall); stop the run on saturation."""
+    unanswered_limit_s: float | None,
+) -> str | None:
+    """Scrape /metrics every ``interval_s`` (wall); stop the run on saturation, or when
+    /metrics has not answered for ``unanswered_limit_s`` (then return why)."""
+    answered = time.monotonic()
     while True:
         await asyncio.sleep(interval_s)
         waiting: int | None = None
@@ -82,14 +98,37 @@ async def _monitor(
             try:
                 kept = gauge_lines(await scrape(client, url))
                 queued = parse_metrics(kept).get("vllm:num_requests_waiting")
+            except ServerNotAnswering as exc:
+                silent_s = time.monotonic() - answered
+                if unanswered_limit_s is not None and silent_s >= unanswered_limit_s:
+                    reason = (
+                        f"the server at {url} stopped answering: nothing from /metrics for "
+                        f"{silent_s:.0f} s, the last try: {exc}; is it stopped (SIGSTOP) or hung?"
+                    )
+                    driver.stop(reason)
+                    return reason
+                continue  # a missed scrape only loses a peak sample
             except ReplayError:
-                continue  # a missed or garbled scrape only loses a peak sample
+                answered = time.monotonic()  # an answer, if not Prometheus text
+                continue
+            answered = time.monotonic()
             samples.append(kept)
             if queued is not None:
                 waiting = round(sum(sample.value for sample in queued))
         reason = driver.policy.saturation(waiting, driver.in_flight)
         if reason is not None:
             driver.stop(reason)
+
+
+async def _probe(client: httpx.AsyncClient, api_key: str | None) -> None:
+    """Raise ServerNotAnswering when the server takes the connection but does not answer
+    ``GET /v1/models``; any answer, or a refused connection, is left to the replay."""
+    try:
+        await fetch_model_name(client, api_key=api_key)
+    except ServerNotAnswering:
+        raise
+    except ReplayError:
+        return
 
 
 async def replay(
@@ -105,24 +144,30 @@ async def replay(
     scrape_interval_s: float | None = 5.0,
     transport: httpx.AsyncBaseTransport | None = None,
     on_progress: Callable[[Progress], bool] | None = None,
+    unanswered_limit_s: float | None = None,
 ) -> ReplayResult:
     """Replay ``plan`` against the server at ``url`` (e.g. ``http://127.0.0.1:8000``).
 
     ``model_name`` empty: the first model at /v1/models. ``scrape_interval_s``
     (modelled seconds, at most every 0.25 s wall): how often /metrics is read during
     the run for peaks and saturation; None: /metrics is not read (server_stats None).
-    Raises ReplayError only when the replay cannot start (no model name); request
-    failures are records.
+    Raises ReplayError only when the replay cannot start (no model name) or, with
+    ``unanswered_limit_s``, the server stopped answering; request failures are records.
     ``transport``: httpx transport (default: ``AiohttpTransport``, see transport.py).
     ``on_progress``: the window's throughput so far (see the module docstring); True
     stops the run, with ``stopped_early`` saying so.
+    ``unanswered_limit_s`` (wall seconds; None: off): raise ServerNotAnswering when the
+    server does not answer ``GET /v1/models`` at the start (within the call timeout)
+    or leaves /metrics unanswered this long during the run.
     """
     if server_time_scale <= 0:
         raise ReplayError(f"server_time_scale must be > 0, but got {server_time_scale}")
     transport = transport if transport is not None else AiohttpTransport()
-    async with httpx.AsyncClient(base_url=url, transport=transport, timeout=None) as client:
+    async with httpx.AsyncClient(base_url=url, transport=transport, timeout=CALL_TIMEOUT) as client:
         if not model_name:
             model_name = await fetch_model_name(client, api_key=api_key)
+        elif unanswered_limit_s is not None:
+            await _probe(client, api_key)
         overheads = await measure_plan_overheads(
             client, plan, model_name=model_name, api_key=api_key
         )
@@ -149,14 +194,18 @@ async def replay(
                 interval_s=_wall_interval_s(scrape_interval_s, server_time_scale),
                 scraping=before is not None,
                 samples=samples,
+                unanswered_limit_s=unanswered_limit_s,
             )
         )
+        unanswered: str | None = None
         try:
             await driver.run()
         finally:
-            monitor.cancel()
+            monitor.cancel()  # no effect on a monitor that returned
             with contextlib.suppress(asyncio.CancelledError):
-                await monitor
+                unanswered = await monitor
+        if unanswered is not None:
+            raise ServerNotAnswering(unanswered)
         server_stats = None
         if before is not None:
             with contextlib.suppress(ReplayError):

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict
 from autotune.errors import InputError
 from autotune.replay.load import LoadSpec, ReplayObserver, RequestSlo
 from autotune.replay.metrics import NEAR_ZERO_HIT_RATE, explain_prefix_cache
-from autotune.replay.runner import ReplayResult, replay
+from autotune.replay.runner import UNANSWERED_LIMIT_S, ReplayResult, replay
 from autotune.workload.plan import WorkloadPlan
 from autotune.workload.stats import IdealPrefixHits
 
@@ -105,7 +105,11 @@ def run_sweep(
     slo: RequestSlo | None = None,
     observer: ReplayObserver | None = None,
 ) -> list[LevelResult]:
-    """Replay ``plan`` under each load in turn (one ``asyncio.run``)."""
+    """Replay ``plan`` under each load in turn (one ``asyncio.run``).
+
+    Raises ServerNotAnswering when the server stops answering (``UNANSWERED_LIMIT_S``):
+    nobody else watches this replay, so it must not wait for ever on a stopped server.
+    """
 
     ideal = IdealPrefixHits(plan)
 
@@ -121,6 +125,7 @@ def run_sweep(
                 api_key=api_key,
                 slo=slo,
                 observer=observer,
+                unanswered_limit_s=UNANSWERED_LIMIT_S,
             )
             levels.append(
                 LevelResult(load=load, result=result, prefix_cache_note=_note(load, result, ideal))

@@ -27,6 +27,7 @@ from autotune.study.storage import (
     completed_trials,
     open_storage,
     storage_url,
+    stored_run_options,
 )
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "run_study",
     "score_result",
     "storage_url",
+    "stored_run_options",
     "trial_outcome",
     "worker_name",
 ]

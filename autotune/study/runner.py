@@ -249,6 +249,7 @@ def run_configured_trial(
             skip_predicted_oom=spec.skip_predicted_oom,
             startup_timeout_s=spec.startup_timeout_s,
             trial_timeout_s=spec.trial_timeout_s,
+            replay_timeout_s=spec.replay_timeout_s,
             observer=observer,
             on_progress=on_progress,
         )

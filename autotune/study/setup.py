@@ -26,8 +26,8 @@ from autotune.sim.model.calibration_profile import CalibrationProfile, load_prof
 from autotune.sim.model.hardware import get_gpu
 from autotune.sim.model.models import ModelSpec, get_model
 from autotune.sim.model.prompt import PromptRenderer
-from autotune.study import SAMPLERS, StudySpec, default_study_name
-from autotune.study.trial_length import size_replay
+from autotune.study import SAMPLERS, StudySpec, default_study_name, stored_run_options
+from autotune.study.trial_length import TrialTimeLimit, size_replay, size_trial_limit
 from autotune.trial.objective import Goal, parse_objectives, parse_slos
 from autotune.trial.preflight import (
     MAX_MODEL_LEN_FLAG,
@@ -75,6 +75,9 @@ class RunOptions(BaseModel):
     trials: int | None = Field(default=DEFAULT_TRIALS, ge=1)
     timeout_s: float | None = None
     trial_timeout_s: float | None = None
+    # Not an option: the default trial limit the study's first run sized, kept with its
+    # run options so that a resume and its workers use the same (see trial_length.py).
+    trial_limit: TrialTimeLimit | None = None
     startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S
     sampler: str = DEFAULT_SAMPLER
     slos: list[str] = Field(default_factory=list)
@@ -213,6 +216,27 @@ def prepare_study(options: RunOptions, *, say: Callable[[str], None] | None = No
     name = options.study or default_study_name(
         options.model, gpu, plan.name, [o.value for o in goal.objectives]
     )
+    stored_limit = options.trial_limit or _stored_trial_limit(options.storage, name)
+    sized_limit = stored_limit
+    if sized_limit is None and options.trial_timeout_s is None:
+        sized_limit = size_trial_limit(
+            load,
+            plan,
+            space=space,
+            model=options.model,
+            engine_version=engine.version() if options.engine == "sim" else None,
+            oracle=oracle,
+            time_scale=options.time_scale if options.engine == "sim" else 1.0,
+        )
+    if options.trial_timeout_s is not None:
+        limit = TrialTimeLimit(
+            seconds=options.trial_timeout_s, from_ready=False, basis="--trial-timeout"
+        )
+        say(limit.line())
+    else:
+        assert sized_limit is not None
+        limit = sized_limit
+        say(limit.line(stored=stored_limit is not None))
     artifacts = options.artifacts_dir or default_artifact_dir(options.storage)
     return StudySpec(
         name=name,
@@ -228,7 +252,8 @@ def prepare_study(options: RunOptions, *, say: Callable[[str], None] | None = No
         load=load,
         n_trials=options.trials,
         timeout_s=options.timeout_s,
-        trial_timeout_s=options.trial_timeout_s,
+        trial_timeout_s=None if limit.from_ready else limit.seconds,
+        replay_timeout_s=limit.seconds if limit.from_ready else None,
         startup_timeout_s=options.startup_timeout_s,
         sampler=options.sampler,
         seed=options.tuner.seed,
@@ -241,9 +266,20 @@ def prepare_study(options: RunOptions, *, say: Callable[[str], None] | None = No
         oracle=oracle,
         calibration=calibration,
         run_options=options.model_copy(
-            update={"workload": options.workload.resolve(), "space": space_path.resolve()}
+            update={
+                "workload": options.workload.resolve(),
+                "space": space_path.resolve(),
+                "trial_limit": sized_limit,
+            }
         ).model_dump(mode="json", exclude={"storage", "study"}),
     )
+
+
+def _stored_trial_limit(storage: str, name: str) -> TrialTimeLimit | None:
+    """The default trial limit study ``name`` was run with, when it exists and stored one."""
+    stored = stored_run_options(storage, name) or {}
+    limit = stored.get("trial_limit")
+    return TrialTimeLimit.model_validate(limit) if limit else None
 
 
 def _calibration(options: RunOptions) -> CalibrationProfile | None:

@@ -65,7 +65,8 @@ class StudySpec:
     load: LoadSpec
     n_trials: int | None = DEFAULT_TRIALS
     timeout_s: float | None = None
-    trial_timeout_s: float | None = None
+    trial_timeout_s: float | None = None  # a trial's whole limit, start included
+    replay_timeout_s: float | None = None  # its limit once the server is ready (the default)
     startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S
     sampler: str | optuna.samplers.BaseSampler = DEFAULT_SAMPLER  # a name, or a sampler to use
     seed: int | None = None

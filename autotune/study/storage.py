@@ -110,6 +110,18 @@ def completed_count(study: optuna.Study) -> int:
     return len(study.get_trials(deepcopy=False, states=COUNTED_STATES))
 
 
+def stored_run_options(url: str, name: str) -> dict[str, Any] | None:
+    """The run options study ``name`` stored (its latest run's), or None when the study
+    does not exist or stored none."""
+    storage = open_storage(url)
+    try:
+        study_id = storage.get_study_id_from_name(name)
+    except KeyError:
+        return None
+    options = storage.get_study_user_attrs(study_id).get("run_options")
+    return options if isinstance(options, dict) else None
+
+
 def completed_trials(spec: StudySpec) -> int | None:
     """COMPLETE trials of the study ``spec`` names, or None when it does not exist yet."""
     storage = open_storage(spec.storage_url)

@@ -1,13 +1,21 @@
-"""How long each trial replays: the whole workload, or a default budget when that is long.
+"""How long each trial replays, and how long it may run before it is given up.
 
 With neither ``--duration`` nor ``load.max_requests`` (docs/tuner.md) a trial replays the whole
 workload. A long recorded trace (hundreds of 100k-token agent requests) makes
 that many modelled hours per trial, so one trial would eat a night. The
 pre-flight predicts the baseline config's replay once on the simulator and, when
 it runs past ``CAP_ABOVE_S``, caps each trial at ``DEFAULT_REPLAY_BUDGET_S``.
+
+A server that hangs (stopped, deadlocked) must not stall the study: without
+``--trial-timeout`` each trial gets a ``TrialTimeLimit`` sized from the replay's
+predicted length (``size_trial_limit``), counted from when its server is ready
+(the start has its own limit, ``--startup-timeout``). A trial past it ends as
+``trial-timeout`` and its server's process group is killed.
 """
 
 from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
 
 from autotune.config.space import SearchSpace
 from autotune.replay.load import LoadSpec
@@ -20,6 +28,40 @@ CAP_ABOVE_S = 20 * 60
 # 100k-token prompts (a few requests per session), and with the server start make about
 # 12 minutes a trial on real hardware: some 40 trials in an 8-hour night.
 DEFAULT_REPLAY_BUDGET_S = 10 * 60
+
+# The default limit is this many times the baseline's predicted replay (wall): the
+# uncalibrated simulator's prediction of a real GPU can be off by 2x, and a config slower
+# than the baseline replays longer; one three times slower is far behind anyway.
+REPLAY_LIMIT_FACTOR = 3
+# ... and at least this long (wall): a short replay's fixed costs (the template probes,
+# the slowest last requests) and a simulator starved of CPU are not in the prediction.
+MIN_REPLAY_LIMIT_S = 3 * 60
+# Without a simulator prediction the length is a budget or the recorded gaps (a lower
+# bound that leaves out serving time), so the limit is never below an hour.
+UNPREDICTED_MIN_REPLAY_LIMIT_S = 60 * 60
+
+
+class TrialTimeLimit(BaseModel):
+    """How long one trial may run before it ends as ``trial-timeout``, its server killed.
+
+    Stored with the study's run options, so a resume and its workers use the same.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    seconds: float  # wall seconds
+    from_ready: bool  # counted from the server being ready (default), else from the launch
+    basis: str  # why this long, in words: "3x the predicted 4m replay"
+
+    def line(self, *, stored: bool = False) -> str:
+        """The run's line that states the limit."""
+        if not self.from_ready:
+            return f"Trial time limit: {clock(self.seconds)}, start included ({self.basis})."
+        where = "; as the study stored it" if stored else ""
+        return (
+            f"Trial time limit: {clock(self.seconds)} once the server is ready "
+            f"({self.basis}{where}; --trial-timeout to change)."
+        )
 
 
 def size_replay(
@@ -47,10 +89,47 @@ def size_replay(
         length, source = predicted, "predicted on the simulator"
     capped = load.model_copy(update={"duration_s": float(DEFAULT_REPLAY_BUDGET_S)})
     return capped, (
-        f"trial length {_clock(DEFAULT_REPLAY_BUDGET_S)}: the whole workload "
-        f"({len(plan.requests):,} requests) replays in about {_clock(length)} ({source}), "
+        f"trial length {clock(DEFAULT_REPLAY_BUDGET_S)}: the whole workload "
+        f"({len(plan.requests):,} requests) replays in about {clock(length)} ({source}), "
         "too long for one trial (set --duration to change it)."
     )
+
+
+def size_trial_limit(
+    load: LoadSpec,
+    plan: WorkloadPlan,
+    *,
+    space: SearchSpace,
+    model: str,
+    engine_version: str | None,
+    oracle: SimOracle | None,
+    time_scale: float,
+) -> TrialTimeLimit:
+    """The default limit for trials replaying ``plan`` under ``load`` (the load they run,
+    budget included; ``oracle`` predicts under it). ``time_scale``: the simulator's
+    speed-up, so that a modelled length becomes wall seconds (1 for a real engine)."""
+    predicted = _predicted_replay_s(plan, space, model, engine_version, oracle)
+    if predicted is not None:
+        wall_s = predicted / time_scale
+        seconds = max(REPLAY_LIMIT_FACTOR * wall_s, MIN_REPLAY_LIMIT_S)
+        basis = f"{REPLAY_LIMIT_FACTOR}x the predicted {clock(wall_s)} replay"
+        if seconds == MIN_REPLAY_LIMIT_S:
+            basis += f", at least {clock(MIN_REPLAY_LIMIT_S)}"
+        return TrialTimeLimit(seconds=seconds, from_ready=True, basis=basis)
+    if load.duration_s is not None:
+        wall_s, source = load.duration_s / time_scale, "replay budget"
+    else:
+        recorded = _recorded_replay_s(plan, load)
+        wall_s, source = (recorded or 0.0) / time_scale, "recorded"
+    seconds = max(REPLAY_LIMIT_FACTOR * wall_s, UNPREDICTED_MIN_REPLAY_LIMIT_S)
+    if seconds > UNPREDICTED_MIN_REPLAY_LIMIT_S:
+        basis = f"{REPLAY_LIMIT_FACTOR}x the {clock(wall_s)} {source}, no simulator prediction"
+    else:
+        basis = (
+            f"at least {clock(UNPREDICTED_MIN_REPLAY_LIMIT_S)} without a predicted replay "
+            "length: --hardware and --sim-model let the simulator predict it"
+        )
+    return TrialTimeLimit(seconds=seconds, from_ready=True, basis=basis)
 
 
 def _predicted_replay_s(
@@ -90,8 +169,10 @@ def _recorded_replay_s(plan: WorkloadPlan, load: LoadSpec) -> float | None:
     return max(sessions[0], sum(sessions) / load.concurrency)
 
 
-def _clock(seconds: float) -> str:
-    """12m, 1h05m, 18h20m."""
+def clock(seconds: float) -> str:
+    """45s, 12m, 1h05m, 18h20m."""
+    if seconds < 90:
+        return f"{round(seconds)}s"
     minutes = round(seconds / 60)
     if minutes < 60:
         return f"{minutes}m"

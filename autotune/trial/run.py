@@ -101,6 +101,7 @@ async def run_trial(
     skip_predicted_oom: bool = True,
     startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S,
     trial_timeout_s: float | None = None,
+    replay_timeout_s: float | None = None,
     observer: TrialObserver | None = None,
     on_progress: Callable[[Progress], bool] | None = None,
 ) -> TrialResult:
@@ -110,6 +111,11 @@ async def run_trial(
     rejects is scored as predicted-oom without a launch. ``on_progress`` sees the
     replay's throughput so far and may stop it (see ``replay``); the server is
     stopped as usual.
+
+    Time limits (wall seconds, None: none): ``trial_timeout_s`` from the launch,
+    ``replay_timeout_s`` from the server being ready (its start is bounded by
+    ``startup_timeout_s``). Past either the outcome is trial-timeout: a hung server
+    answers nothing, and this limit is what ends its trial.
 
     The server is stopped (its whole process group) before this returns, also
     on cancellation (Ctrl-C).
@@ -133,6 +139,7 @@ async def run_trial(
                 load=load,
                 slo=slo,
                 startup_timeout_s=startup_timeout_s,
+                replay_timeout_s=replay_timeout_s,
                 on_phase=phase,
                 observer=observer,
                 on_progress=on_progress,
@@ -151,6 +158,7 @@ async def _launch_and_replay(
     load: LoadSpec,
     slo: RequestSlo | None,
     startup_timeout_s: float,
+    replay_timeout_s: float | None,
     on_phase: Callable[[str], None] | None,
     observer: ReplayObserver | None,
     on_progress: Callable[[Progress], bool] | None = None,
@@ -169,17 +177,18 @@ async def _launch_and_replay(
             result.startup = server.report
             if on_phase is not None:
                 on_phase("replaying")
-            replayed = await replay(
-                url=server.url,
-                plan=plan,
-                load=load,
-                model_name=server.served_model_name,
-                server_time_scale=server.time_scale,
-                api_key=server.api_key,
-                slo=slo,
-                observer=observer,
-                on_progress=on_progress,
-            )
+            async with asyncio.timeout(replay_timeout_s):  # the stop below kills the group
+                replayed = await replay(
+                    url=server.url,
+                    plan=plan,
+                    load=load,
+                    model_name=server.served_model_name,
+                    server_time_scale=server.time_scale,
+                    api_key=server.api_key,
+                    slo=slo,
+                    observer=observer,
+                    on_progress=on_progress,
+                )
             result.records = replayed.records
             result.stats = replayed.stats
             result.server_stats = replayed.server_stats
