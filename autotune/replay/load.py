@@ -37,6 +37,7 @@ class LoadSpec(BaseModel):
     recycle_sessions: bool = False  # sessions: start again with fresh salts to fill duration
     warmup_requests: int = Field(default=0, ge=0)  # first N completions excluded from stats
     saturation_stop: bool = True  # stop early when the waiting queue grows without bound
+    # One request's whole limit, modelled seconds: the OpenAI and Anthropic SDKs' default.
     request_timeout_s: float = Field(default=600.0, gt=0)
 
 
