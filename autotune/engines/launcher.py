@@ -31,6 +31,9 @@ from autotune.replay.metrics import parse_metrics
 from autotune.vocabulary import Failure, FailureClass, StartupReport
 
 POLL_S = 0.25
+# Each readiness and health poll: /health and /v1/models answer in milliseconds, and a
+# poll that times out is only a miss (the next comes POLL_S or HEALTH_MONITOR_S later),
+# so a hung server cannot hold the launcher; the start's own limit is startup_timeout_s.
 HTTP_TIMEOUT_S = 5.0
 FATAL_EXIT_GRACE_S = 5.0  # after a decisive log line, time for the traceback to finish
 HEALTH_MONITOR_S = 2.0

@@ -216,10 +216,11 @@ def prepare_study(options: RunOptions, *, say: Callable[[str], None] | None = No
     name = options.study or default_study_name(
         options.model, gpu, plan.name, [o.value for o in goal.objectives]
     )
+    # The default limit: the study's own when it has one (a resume, a worker), else sized.
     stored_limit = options.trial_limit or _stored_trial_limit(options.storage, name)
-    sized_limit = stored_limit
-    if sized_limit is None and options.trial_timeout_s is None:
-        sized_limit = size_trial_limit(
+    default_limit = stored_limit
+    if default_limit is None and options.trial_timeout_s is None:
+        default_limit = size_trial_limit(
             load,
             plan,
             space=space,
@@ -228,15 +229,8 @@ def prepare_study(options: RunOptions, *, say: Callable[[str], None] | None = No
             oracle=oracle,
             time_scale=options.time_scale if options.engine == "sim" else 1.0,
         )
-    if options.trial_timeout_s is not None:
-        limit = TrialTimeLimit(
-            seconds=options.trial_timeout_s, from_ready=False, basis="--trial-timeout"
-        )
-        say(limit.line())
-    else:
-        assert sized_limit is not None
-        limit = sized_limit
-        say(limit.line(stored=stored_limit is not None))
+    limit = _limit_in_effect(options.trial_timeout_s, default_limit)
+    say(limit.line(stored=stored_limit is not None and limit == stored_limit))
     artifacts = options.artifacts_dir or default_artifact_dir(options.storage)
     return StudySpec(
         name=name,
@@ -269,10 +263,20 @@ def prepare_study(options: RunOptions, *, say: Callable[[str], None] | None = No
             update={
                 "workload": options.workload.resolve(),
                 "space": space_path.resolve(),
-                "trial_limit": sized_limit,
+                "trial_limit": default_limit,
             }
         ).model_dump(mode="json", exclude={"storage", "study"}),
     )
+
+
+def _limit_in_effect(
+    trial_timeout_s: float | None, default: TrialTimeLimit | None
+) -> TrialTimeLimit:
+    """--trial-timeout (on the whole trial, start included) when given, else the default."""
+    if trial_timeout_s is not None:
+        return TrialTimeLimit(seconds=trial_timeout_s, from_ready=False, basis="--trial-timeout")
+    assert default is not None, "a default limit is sized whenever --trial-timeout is not given"
+    return default
 
 
 def _stored_trial_limit(storage: str, name: str) -> TrialTimeLimit | None:
