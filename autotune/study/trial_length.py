@@ -56,10 +56,10 @@ class TrialTimeLimit(BaseModel):
     def line(self, *, stored: bool = False) -> str:
         """The run's line that states the limit."""
         if not self.from_ready:
-            return f"Trial time limit: {clock(self.seconds)}, start included ({self.basis})."
+            return f"Trial time limit: {_clock(self.seconds)}, start included ({self.basis})."
         where = "; as the study stored it" if stored else ""
         return (
-            f"Trial time limit: {clock(self.seconds)} once the server is ready "
+            f"Trial time limit: {_clock(self.seconds)} once the server is ready "
             f"({self.basis}{where}; --trial-timeout to change)."
         )
 
@@ -89,8 +89,8 @@ def size_replay(
         length, source = predicted, "predicted on the simulator"
     capped = load.model_copy(update={"duration_s": float(DEFAULT_REPLAY_BUDGET_S)})
     return capped, (
-        f"trial length {clock(DEFAULT_REPLAY_BUDGET_S)}: the whole workload "
-        f"({len(plan.requests):,} requests) replays in about {clock(length)} ({source}), "
+        f"trial length {_clock(DEFAULT_REPLAY_BUDGET_S)}: the whole workload "
+        f"({len(plan.requests):,} requests) replays in about {_clock(length)} ({source}), "
         "too long for one trial (set --duration to change it)."
     )
 
@@ -112,9 +112,9 @@ def size_trial_limit(
     if predicted is not None:
         wall_s = predicted / time_scale
         seconds = max(REPLAY_LIMIT_FACTOR * wall_s, MIN_REPLAY_LIMIT_S)
-        basis = f"{REPLAY_LIMIT_FACTOR}x the predicted {clock(wall_s)} replay"
+        basis = f"{REPLAY_LIMIT_FACTOR}x the predicted {_clock(wall_s)} replay"
         if seconds == MIN_REPLAY_LIMIT_S:
-            basis += f", at least {clock(MIN_REPLAY_LIMIT_S)}"
+            basis += f", at least {_clock(MIN_REPLAY_LIMIT_S)}"
         return TrialTimeLimit(seconds=seconds, from_ready=True, basis=basis)
     if load.duration_s is not None:
         wall_s, source = load.duration_s / time_scale, "replay budget"
@@ -123,10 +123,10 @@ def size_trial_limit(
         wall_s, source = (recorded or 0.0) / time_scale, "recorded"
     seconds = max(REPLAY_LIMIT_FACTOR * wall_s, UNPREDICTED_MIN_REPLAY_LIMIT_S)
     if seconds > UNPREDICTED_MIN_REPLAY_LIMIT_S:
-        basis = f"{REPLAY_LIMIT_FACTOR}x the {clock(wall_s)} {source}, no simulator prediction"
+        basis = f"{REPLAY_LIMIT_FACTOR}x the {_clock(wall_s)} {source}, no simulator prediction"
     else:
         basis = (
-            f"at least {clock(UNPREDICTED_MIN_REPLAY_LIMIT_S)} without a predicted replay "
+            f"at least {_clock(UNPREDICTED_MIN_REPLAY_LIMIT_S)} without a predicted replay "
             "length: --hardware and --sim-model let the simulator predict it"
         )
     return TrialTimeLimit(seconds=seconds, from_ready=True, basis=basis)
@@ -169,7 +169,7 @@ def _recorded_replay_s(plan: WorkloadPlan, load: LoadSpec) -> float | None:
     return max(sessions[0], sum(sessions) / load.concurrency)
 
 
-def clock(seconds: float) -> str:
+def _clock(seconds: float) -> str:
     """45s, 12m, 1h05m, 18h20m."""
     if seconds < 90:
         return f"{round(seconds)}s"
