@@ -30,6 +30,7 @@ from tests.e2e.conftest import (
     output,
     processes_in,
     sim_server_pids,
+    tuner_args,
     wait_for,
 )
 from tests.replay.conftest import free_port, wait_ready
@@ -127,8 +128,10 @@ def test_the_default_limit_is_said_first_sized_from_the_prediction_and_kept_on_r
         autotune_argv(
             "run", "--workload", str(SAMPLE_WORKLOAD), "--engine", "sim",
             "--hardware", "rtx4080s-32g", "--model", "qwen3.6-27b-awq", "--space", str(FITS_SPACE),
-            "--storage", storage, "--study", "limits", "--sampler", "grid", "--confirm", "0",
-            "--time-scale", "200", "--max-requests", "8", "--concurrency", "4", "--trials", "1",
+            "--storage", storage, "--study", "limits", "--sampler", "grid", "--concurrency", "4",
+            "--trials", "1",
+            *tuner_args(tmp_path / "settings", {"confirm": 0, "load": {"max_requests": 8},
+                                                "simulator": {"time_scale": 200}}),
         ),
         cwd=tmp_path, capture_output=True, text=True, timeout=200,
     )  # fmt: skip
@@ -185,9 +188,10 @@ def test_a_server_hung_mid_trial_is_a_trial_timeout_and_the_study_goes_on(
             "run", "--workload", str(SAMPLE_WORKLOAD), "--engine", "sim",
             "--hardware", "rtx4080s-32g", "--model", "qwen3.6-27b-awq",
             "--space", str(FITS_SPACE), "--storage", f"sqlite:///{tmp_path / 'autotune.db'}",
-            "--study", "hangs", "--sampler", "random", "--no-dedup", "--warm-start", "0",
-            "--confirm", "0", "--seed", "1", "--time-scale", "20", "--concurrency", "4",
-            "--startup-timeout", "60s", "--trials", "3",
+            "--study", "hangs", "--sampler", "random", "--concurrency", "4", "--trials", "3",
+            *tuner_args(tmp_path / "settings", {"dedup": False, "warm_start": 0, "confirm": 0,
+                                                "seed": 1, "simulator": {"time_scale": 20},
+                                                "engine": {"startup_timeout_s": 60.0}}),
             cwd=tmp_path,
         )  # fmt: skip
         log = tmp_path / "runs" / "hangs" / "trial-0001" / "server.log"
