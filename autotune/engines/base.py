@@ -24,6 +24,7 @@ class Server(ABC):
     served_model_name: str
     time_scale: float  # >1 when the server runs faster than modelled time (simulator)
     api_key: str | None
+    lockstep: bool = False  # the simulator: a replay may hold its clock (sim/server/lockstep.py)
 
     @abstractmethod
     def poll_failure(self) -> Failure | None:

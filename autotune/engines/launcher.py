@@ -69,6 +69,7 @@ class ProcessServer(Server):
         api_key: str | None,
         serving_log_offset: int,
         launched_at: float,
+        lockstep: bool = False,
     ) -> None:
         self.process = process
         self.url = url
@@ -77,6 +78,7 @@ class ProcessServer(Server):
         self.served_model_name = served_model_name
         self.time_scale = time_scale
         self.api_key = api_key
+        self.lockstep = lockstep
         self._serving_log_offset = serving_log_offset
         self._health_status: int | None = None
         self._failure: Failure | None = None
@@ -247,11 +249,13 @@ async def launch_process_server(
     api_key: str | None,
     host: str = "127.0.0.1",
     notes: Sequence[str] = (),
+    lockstep: bool = False,
 ) -> AsyncIterator[ProcessServer]:
     """Start the server on a free port, wait until it serves, yield it, stop its session.
 
     Retries on a fresh port when the chosen one was taken in the meantime. ``notes``
-    (e.g. what version gating changed) head the log, after the argv.
+    (e.g. what version gating changed) head the log, after the argv. ``lockstep``: the
+    server is the simulator, whose clock a replay may hold.
     Raises ``ServerStartFailed`` with the classified ``Failure``.
     """
     launched_at = time.monotonic()
@@ -302,6 +306,7 @@ async def launch_process_server(
             api_key=api_key,
             serving_log_offset=len(log_text),
             launched_at=launched_at,
+            lockstep=lockstep,
         )
         watcher.phase("ready")
         monitor = asyncio.create_task(server.monitor_health(client))

@@ -96,5 +96,6 @@ class SimEngine(BaseEngine):
             on_phase=on_phase,
             time_scale=self.time_scale,
             api_key=api_key_of(config, env),
+            lockstep=True,  # figures in modelled time, whatever the host's load
         ) as server:
             yield server

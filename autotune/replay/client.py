@@ -9,7 +9,9 @@ record with ``error`` set.
 Timing follows `vllm bench serve`: TTFT at the first event carrying
 ``choices`` (OpenAI) or a content delta (Anthropic); ITL between successive
 such events; E2E at the last data event. Durations are wall seconds times
-``time_scale`` (modelled seconds, see records.py).
+``time_scale`` (modelled seconds, see records.py); in lockstep with the simulator
+(``clocked_at_s``) they are the simulator's own dates of its events (``: t=`` lines,
+``autotune/sim/server/lockstep.py``), so the host's load cannot move them.
 
 The hot loop avoids per-chunk overhead: raw bytes, one split per read, one
 ``json.loads`` per event, one timestamp per read (the events of one read
@@ -36,6 +38,7 @@ import numpy as np
 from autotune.errors import ReplayError, ServerNotAnswering
 from autotune.replay.payloads import ENDPOINT_PATHS, request_body, request_headers
 from autotune.replay.records import RequestError, RequestRecord
+from autotune.sim.server.lockstep import AT_HEADER, SEQ_HEADER, STAMP_PREFIX, read_stamp
 from autotune.workload.plan import PlannedRequest
 
 # A TCP connect to a live host completes in milliseconds, even when the server process
@@ -60,6 +63,9 @@ _CHOICES = b'"choices":[{'
 _NO_FINISH = b'"finish_reason":null'
 _USAGE = b'"usage":{'
 _ERROR = b'"error"'
+# In lockstep a stalled stream (a fault modelled time cannot see) still ends, this many
+# times later than the modelled timeout would on scaled wall time.
+LOCKSTEP_WALL_TIMEOUT_FACTOR = 4.0
 
 
 class _StreamFault(Exception):
@@ -77,6 +83,8 @@ class _Stream:
 
     chunk_times: list[float] = field(default_factory=list)  # perf_counter of content events
     end: float | None = None  # perf_counter of the last data event
+    stamp: float | None = None  # clocked: the date of the events being read (modelled)
+    end_order: int | None = None  # clocked: its place among the simulator's ends
     finished: bool = False  # saw [DONE] / message_stop
     output_tokens: int | None = None
     prompt_tokens: int | None = None
@@ -90,7 +98,8 @@ class RequestOutcome:
 
     record: RequestRecord
     gaps_s: np.ndarray
-    end_wall_s: float  # perf_counter when it finished (for the runner's clock)
+    end_clock_s: float  # when it finished on the driver's clock: perf_counter, or modelled
+    end_order: int | None = None  # lockstep: its place among the simulator's ends
 
 
 def _fault_from_error_payload(error: Any) -> _StreamFault:
@@ -146,17 +155,27 @@ def _on_anthropic_event(stream: _Stream, data: dict[str, Any], now: float) -> No
         raise _fault_from_error_payload(data.get("error"))
 
 
-async def _read_stream(response: httpx.Response, stream: _Stream, anthropic: bool) -> None:
+async def _read_stream(
+    response: httpx.Response, stream: _Stream, anthropic: bool, clocked: bool = False
+) -> None:
+    """Read the SSE body; event times from the wall clock, or (``clocked``) the date lines."""
     on_event = _on_anthropic_event if anthropic else _on_openai_event
     pending = b""
+    now = 0.0
     async for raw in response.aiter_raw():
-        now = time.perf_counter()
+        if not clocked:
+            now = time.perf_counter()
         pending += raw
         if b"\n" not in raw:
             continue
         lines = pending.split(b"\n")
         pending = lines.pop()
         for line in lines:
+            if clocked and line.startswith(STAMP_PREFIX):
+                now, order = read_stamp(line)
+                stream.stamp = now
+                stream.end_order = order if order is not None else stream.end_order
+                continue
             if not line.startswith(_DATA):
                 continue  # "event:" lines, comments, blank separators
             payload = line[5:].strip()
@@ -210,22 +229,33 @@ async def send_request(
     api_key: str | None = None,
     salt: str | None = None,
     record_id: str | None = None,
+    clocked_at_s: float | None = None,
+    seq: int = 0,
 ) -> RequestOutcome:
     """Send ``request`` and read its stream to the end; never raises for request failures.
 
     ``origin_s`` is the replay's start on ``time.perf_counter``; ``timeout_s``
     is in modelled seconds (divided by ``time_scale`` for the wall clock).
+    ``clocked_at_s``: in lockstep with the simulator, the modelled time this is sent at
+    on its clock (``origin_s`` then is the replay's start on that clock) and ``seq`` its
+    place in the replay's order; times are the simulator's dates. The modelled timeout
+    is the driver's then; here only a stalled stream is cut, much later.
     """
     anthropic = request.endpoint == "anthropic.messages"
     body = request_body(request, model_name=model_name, salt=salt)
     headers = request_headers(request.endpoint, api_key)
+    clocked = clocked_at_s is not None
+    wall_timeout_s = timeout_s / time_scale
+    if clocked:
+        headers.update({AT_HEADER: repr(clocked_at_s), SEQ_HEADER: str(seq)})
+        wall_timeout_s *= LOCKSTEP_WALL_TIMEOUT_FACTOR
     stream = _Stream()
     error: RequestError | None = None
     status: int | None = None
     detail: str | None = None
-    sent = time.perf_counter()
+    sent = clocked_at_s if clocked_at_s is not None else time.perf_counter()
     try:
-        async with asyncio.timeout(timeout_s / time_scale):
+        async with asyncio.timeout(wall_timeout_s):
             async with client.stream(
                 "POST",
                 ENDPOINT_PATHS[request.endpoint],
@@ -239,7 +269,7 @@ async def send_request(
                     error = RequestError.HTTP_4XX if status < 500 else RequestError.HTTP_5XX
                     detail = _error_message(text)
                 else:
-                    await _read_stream(response, stream, anthropic)
+                    await _read_stream(response, stream, anthropic, clocked)
                     if not stream.finished:
                         error, detail = (
                             RequestError.CUT_STREAM,
@@ -257,8 +287,11 @@ async def send_request(
         error = RequestError.CONNECT if status is None else RequestError.CUT_STREAM
         detail = _first_line(str(exc)) or type(exc).__name__
     ended = time.perf_counter()
+    if clocked:  # the last date read; an error before any: where it was sent
+        ended = stream.stamp if stream.stamp is not None else sent
     return _outcome(
-        request, stream, sent=sent, ended=ended, origin_s=origin_s, scale=time_scale,
+        request, stream, sent=sent, ended=ended, origin_s=origin_s,
+        scale=1.0 if clocked else time_scale,
         error=error, status=status, detail=detail, record_id=record_id,
     )  # fmt: skip
 
@@ -298,7 +331,9 @@ def _outcome(
         http_status=status,
         error_detail=detail,
     )
-    return RequestOutcome(record=record, gaps_s=gaps_s, end_wall_s=ended)
+    return RequestOutcome(
+        record=record, gaps_s=gaps_s, end_clock_s=ended, end_order=stream.end_order
+    )
 
 
 _NO_GAPS = np.zeros(0, dtype=np.float64)

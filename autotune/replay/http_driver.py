@@ -54,13 +54,9 @@ class HttpDriver:
         self._connect_streak = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
-        self.origin = time.perf_counter()
+        self.origin = time.perf_counter()  # the replay's start on the driver's clock
         self._deadline: asyncio.TimerHandle | None = None
         self._deadline_wall: float | None = None
-        if load.duration_s is not None:
-            self._deadline_wall = self.origin + load.duration_s / time_scale
-            loop = asyncio.get_running_loop()
-            self._deadline = loop.call_later(load.duration_s / time_scale, self._close)
 
     def now_s(self, wall_s: float | None = None) -> float:
         """Modelled seconds since the start, at ``wall_s`` (perf_counter; default now)."""
@@ -85,6 +81,11 @@ class HttpDriver:
     async def run(self) -> None:
         """Send until the plan or the budget is spent and every request has ended."""
         policy = self.policy
+        self.origin = time.perf_counter()
+        if self.load.duration_s is not None:
+            self._deadline_wall = self.origin + self.load.duration_s / self.time_scale
+            loop = asyncio.get_running_loop()
+            self._deadline = loop.call_later(self.load.duration_s / self.time_scale, self._close)
         try:
             while policy.stop_reason is None:
                 if self._past_deadline():
@@ -106,34 +107,44 @@ class HttpDriver:
             if self._deadline is not None:
                 self._deadline.cancel()
 
-    def _start(self, send: Send) -> None:
+    def _start(self, send: Send) -> asyncio.Task[None]:
         self.in_flight += 1
         task = asyncio.create_task(self._send(send))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _request(self, send: Send, **clock: float | int) -> RequestOutcome:
+        """``send``'s request over HTTP (``clock``: lockstep's send time and place)."""
+        return await send_request(
+            self.client,
+            send.request,
+            model_name=self.model_name,
+            origin_s=self.origin,
+            time_scale=self.time_scale,
+            timeout_s=self.load.request_timeout_s,
+            api_key=self._api_key,
+            salt=send.salt,
+            record_id=send.record_id,
+            **clock,  # type: ignore[arg-type]
+        )
 
     async def _send(self, send: Send) -> None:
         outcome: RequestOutcome | None = None
         try:
             if not self._past_deadline():  # the duration may run out before the task runs
-                outcome = await send_request(
-                    self.client,
-                    send.request,
-                    model_name=self.model_name,
-                    origin_s=self.origin,
-                    time_scale=self.time_scale,
-                    timeout_s=self.load.request_timeout_s,
-                    api_key=self._api_key,
-                    salt=send.salt,
-                    record_id=send.record_id,
-                )
+                outcome = await self._request(send)
         finally:
             self.in_flight -= 1
             self._wake.set()
         if outcome is None:
             self.policy.finished(send, self.now_s())
             return
-        end_s = self.now_s(outcome.end_wall_s)
+        self._record(send, outcome)
+
+    def _record(self, send: Send, outcome: RequestOutcome) -> None:
+        """A request ended: its record, the window, the policy's next move, progress."""
+        end_s = self.now_s(outcome.end_clock_s)
         record = outcome.record
         if self.policy.completed(end_s, record.output_tokens if record.ok else 0):
             self.itl.add_many(outcome.gaps_s)

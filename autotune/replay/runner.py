@@ -6,7 +6,9 @@ returns every RequestRecord, their ReplayStats and the server's ServerStats.
 Clocks: the plan's times (gaps, arrivals) are modelled seconds; the runner
 waits ``t / load.timing_scale / server_time_scale`` wall seconds, and the
 client multiplies what it measures by ``server_time_scale``, so records and
-stats are in modelled seconds whatever the simulator's speed-up.
+stats are in modelled seconds whatever the simulator's speed-up. With
+``lockstep`` (the simulator only) the replay runs on the simulator's own clock
+instead (``lockstep_driver.py``): the same policy, no wall clock in any figure.
 
 What is sent when, the budget (no request sent after ``load.duration_s``
 modelled or after ``load.max_requests`` sends; requests in flight finish), the
@@ -47,6 +49,7 @@ from autotune.replay.client import CALL_TIMEOUT, fetch_model_name
 from autotune.replay.http_driver import HttpDriver
 from autotune.replay.load import LoadSpec, ReplayObserver, RequestSlo
 from autotune.replay.load_policy import Progress
+from autotune.replay.lockstep_driver import LockstepDriver
 from autotune.replay.metrics import gauge_lines, parse_metrics, scrape, server_stats_between
 from autotune.replay.records import ReplayStats, RequestRecord
 from autotune.replay.stats import compute_stats
@@ -78,6 +81,29 @@ class ReplayResult(BaseModel):
     server_stats: ServerStats | None
 
 
+async def _sample(
+    driver: HttpDriver, client: httpx.AsyncClient, *, url: str, scraping: bool, samples: list[str]
+) -> ServerNotAnswering | None:
+    """One reading of /metrics (kept for the peaks); stop the run on saturation. Returns
+    the error when the server did not answer the scrape at all."""
+    waiting: int | None = None
+    if scraping:
+        try:
+            kept = gauge_lines(await scrape(client, url))
+            queued = parse_metrics(kept).get("vllm:num_requests_waiting")
+        except ServerNotAnswering as exc:
+            return exc  # a missed scrape only loses a peak sample
+        except ReplayError:
+            return None  # an answer, if not Prometheus text
+        samples.append(kept)
+        if queued is not None:
+            waiting = round(sum(sample.value for sample in queued))
+    reason = driver.policy.saturation(waiting, driver.in_flight)
+    if reason is not None:
+        driver.stop(reason)
+    return None
+
+
 async def _monitor(
     driver: HttpDriver,
     client: httpx.AsyncClient,
@@ -93,31 +119,18 @@ async def _monitor(
     answered = time.monotonic()
     while True:
         await asyncio.sleep(interval_s)
-        waiting: int | None = None
-        if scraping:
-            try:
-                kept = gauge_lines(await scrape(client, url))
-                queued = parse_metrics(kept).get("vllm:num_requests_waiting")
-            except ServerNotAnswering as exc:
-                silent_s = time.monotonic() - answered
-                if unanswered_limit_s is not None and silent_s >= unanswered_limit_s:
-                    reason = (
-                        f"the server at {url} stopped answering: nothing from /metrics for "
-                        f"{silent_s:.0f} s, the last try: {exc}; is it stopped (SIGSTOP) or hung?"
-                    )
-                    driver.stop(reason)
-                    return reason
-                continue  # a missed scrape only loses a peak sample
-            except ReplayError:
-                answered = time.monotonic()  # an answer, if not Prometheus text
-                continue
+        missed = await _sample(driver, client, url=url, scraping=scraping, samples=samples)
+        if missed is None:
             answered = time.monotonic()
-            samples.append(kept)
-            if queued is not None:
-                waiting = round(sum(sample.value for sample in queued))
-        reason = driver.policy.saturation(waiting, driver.in_flight)
-        if reason is not None:
+            continue
+        silent_s = time.monotonic() - answered
+        if unanswered_limit_s is not None and silent_s >= unanswered_limit_s:
+            reason = (
+                f"the server at {url} stopped answering: nothing from /metrics for "
+                f"{silent_s:.0f} s, the last try: {missed}; is it stopped (SIGSTOP) or hung?"
+            )
             driver.stop(reason)
+            return reason
 
 
 async def _probe(client: httpx.AsyncClient, api_key: str | None) -> None:
@@ -145,6 +158,7 @@ async def replay(
     transport: httpx.AsyncBaseTransport | None = None,
     on_progress: Callable[[Progress], bool] | None = None,
     unanswered_limit_s: float | None = None,
+    lockstep: bool = False,
 ) -> ReplayResult:
     """Replay ``plan`` against the server at ``url`` (e.g. ``http://127.0.0.1:8000``).
 
@@ -158,7 +172,8 @@ async def replay(
     stops the run, with ``stopped_early`` saying so.
     ``unanswered_limit_s`` (wall seconds; None: off): raise ServerNotAnswering when the
     server does not answer ``GET /v1/models`` at the start (within the call timeout)
-    or leaves /metrics unanswered this long during the run.
+    or leaves /metrics unanswered this long during the run. ``lockstep``: the server is
+    the simulator, and the replay holds its clock (figures independent of the host's load).
     """
     if server_time_scale <= 0:
         raise ReplayError(f"server_time_scale must be > 0, but got {server_time_scale}")
@@ -175,7 +190,8 @@ async def replay(
         if scrape_interval_s is not None:
             with contextlib.suppress(ReplayError):
                 before = await scrape(client, url)
-        driver = HttpDriver(
+        samples: list[str] = []
+        options = dict(
             client=client,
             plan=plan,
             load=load,
@@ -185,32 +201,51 @@ async def replay(
             observer=observer,
             on_progress=on_progress,
         )
-        samples: list[str] = []
-        monitor = asyncio.create_task(
-            _monitor(
-                driver,
-                client,
-                url=url,
-                interval_s=_wall_interval_s(scrape_interval_s, server_time_scale),
-                scraping=before is not None,
-                samples=samples,
-                unanswered_limit_s=unanswered_limit_s,
+        driver: HttpDriver
+        if lockstep:
+            driver = LockstepDriver(
+                sample=lambda: _sample(
+                    driver, client, url=url, scraping=before is not None, samples=samples
+                ),
+                scrape_interval_s=scrape_interval_s or SATURATION_CHECK_S * server_time_scale,
+                **options,
             )
-        )
+        else:
+            driver = HttpDriver(**options)  # type: ignore[arg-type]
+        monitor: asyncio.Task[str | None] | None = None
+        if not lockstep:  # in lockstep the driver samples, at modelled times
+            monitor = asyncio.create_task(
+                _monitor(
+                    driver,
+                    client,
+                    url=url,
+                    interval_s=_wall_interval_s(scrape_interval_s, server_time_scale),
+                    scraping=before is not None,
+                    samples=samples,
+                    unanswered_limit_s=unanswered_limit_s,
+                )
+            )
         unanswered: str | None = None
+        server_stats = None
         try:
             await driver.run()
+            if monitor is not None:
+                monitor.cancel()  # no effect on a monitor that returned
+                with contextlib.suppress(asyncio.CancelledError):
+                    unanswered = await monitor
+            if unanswered is None and before is not None:
+                with contextlib.suppress(ReplayError):
+                    after = await scrape(client, url)
+                    server_stats = server_stats_between(before, after, samples)
         finally:
-            monitor.cancel()  # no effect on a monitor that returned
-            with contextlib.suppress(asyncio.CancelledError):
-                unanswered = await monitor
+            if monitor is not None and not monitor.done():
+                monitor.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await monitor
+            if isinstance(driver, LockstepDriver):
+                await driver.release()  # after the last scrape: nothing moved in between
         if unanswered is not None:
             raise ServerNotAnswering(unanswered)
-        server_stats = None
-        if before is not None:
-            with contextlib.suppress(ReplayError):
-                after = await scrape(client, url)
-                server_stats = server_stats_between(before, after, samples)
     records = sorted(driver.records, key=lambda record: record.send_s)
     stats = compute_stats(
         records,

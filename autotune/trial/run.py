@@ -188,6 +188,7 @@ async def _launch_and_replay(
                     slo=slo,
                     observer=observer,
                     on_progress=on_progress,
+                    lockstep=server.lockstep,
                 )
             result.records = replayed.records
             result.stats = replayed.stats

@@ -25,7 +25,7 @@ from autotune.sim.virtual.predict import predict
 from autotune.workload.expand import expand
 from autotune.workload.gen import ChatParams, ClaudeCodeParams, chat, claudecode, fixed
 from autotune.workload.plan import WorkloadPlan
-from tests.e2e.conftest import SIM_ARGS, start_sims
+from tests.e2e.conftest import SIM_ARGS, SimFactory, start_sims
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -37,9 +37,13 @@ TOLERANCE = {"output tok/s": 0.10, "e2e": 0.10, "TTFT": 0.25, "TPOT": 0.25}
 
 
 @pytest.fixture(scope="module")
-def sim_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    for start in start_sims(tmp_path_factory.mktemp("sim")):
-        yield start(TIME_SCALE)
+def sims(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimFactory]:
+    yield from start_sims(tmp_path_factory.mktemp("sim"))
+
+
+@pytest.fixture(scope="module")
+def sim_url(sims: SimFactory) -> str:
+    return sims(TIME_SCALE)
 
 
 def _agents() -> WorkloadPlan:
@@ -138,3 +142,42 @@ def test_http_and_virtual_drivers_agree(sim_url: str, mode: str) -> None:
     for name, value in predicted.items():
         assert value is not None and measured[name] is not None, name
         assert measured[name] == pytest.approx(value, rel=TOLERANCE[name]), (measured, predicted)
+
+
+@pytest.mark.parametrize("mode", list(CASES))
+def test_in_lockstep_the_http_replay_measures_what_the_virtual_replay_predicts(
+    sims: SimFactory, mode: str
+) -> None:
+    """Lockstep (the replay holds the simulator's clock): no wall time in any figure, so the
+    replay over HTTP and the prediction in-process agree to the last digit, request by
+    request, whatever else the host is doing. A fresh server each: an empty prefix cache."""
+    make_plan, load = CASES[mode]
+    plan = make_plan()
+    seen: list[Progress] = []
+    over_http = asyncio.run(
+        replay(
+            url=sims(TIME_SCALE),
+            plan=plan,
+            load=load,
+            model_name="",
+            server_time_scale=TIME_SCALE,
+            on_progress=lambda progress: seen.append(progress) is not None,
+            lockstep=True,
+        )
+    )
+    virtual = predict(parse_serve_args(list(SIM_ARGS)).sim, plan, load)
+    assert [r.id for r in _in_send_order(over_http.records)] == [
+        r.id for r in _in_send_order(virtual.records)
+    ]
+    by_id = {record.id: record for record in virtual.records}
+    for record in over_http.records:
+        twin = by_id[record.id]
+        for field in ("send_s", "ttft_s", "e2e_s", "tpot_s"):  # (chat's role chunk: ITL apart)
+            assert getattr(record, field) == pytest.approx(getattr(twin, field), rel=1e-9), field
+        assert (record.output_tokens, record.in_window) == (twin.output_tokens, twin.in_window)
+    assert [(p.step, p.output_tok_s) for p in seen] == [
+        (p.step, pytest.approx(p.output_tok_s, rel=1e-9)) for p in virtual.progress
+    ]
+    measured, predicted = _figures(over_http.stats), _figures(virtual.stats)
+    assert measured == pytest.approx(predicted, rel=1e-9)
+    assert over_http.stats.stopped_early is None

@@ -17,6 +17,7 @@ import pytest
 
 from autotune.engines.vllm_log import parse_engine_stats
 from autotune.sim.server.flags import parse_serve_args
+from autotune.sim.server.lockstep import AT_HEADER, SEQ_HEADER, read_stamp
 from autotune.sim.server.logs import VllmLog
 from autotune.sim.server.server import build_api
 from autotune.sim.server.stats_log import StatsLogger
@@ -66,6 +67,44 @@ def test_tokens_are_not_delivered_before_their_scaled_time() -> None:
     assert modelled_s > 0
     assert wall_s >= 0.9 * modelled_s / 5  # never early
     assert wall_s <= modelled_s / 5 + 1.0  # and not dragging
+
+
+def test_in_lockstep_the_engine_moves_only_as_far_as_the_client_lets_it() -> None:
+    """The replay holds the clock: a sent request waits for the client's grant, each grant
+    moves the clock to its bound (or the request's end), and the answer comes one event
+    per engine step, each dated in modelled seconds, the last with its place among ends."""
+
+    async def scenario(client: httpx.AsyncClient, api: Any) -> tuple[Any, ...]:
+        now0 = (await client.post("/autotune/lockstep")).json()["now_s"]
+        headers = {AT_HEADER: repr(now0), SEQ_HEADER: "0"}
+        body = _chat(max_tokens=20, min_tokens=20, ignore_eos=True, stream=True,
+                     stream_options={"include_usage": True})  # fmt: skip
+        answer = asyncio.create_task(
+            client.post("/v1/chat/completions", json=body, headers=headers)
+        )
+        await asyncio.sleep(0.3)  # 1.5 modelled seconds of wall time: the engine holds
+        held_s = api.runner.core.clock_s
+        replies: list[dict[str, Any]] = []
+        until_s = now0
+        while not replies or not replies[-1]["ended"]:
+            until_s += 0.05
+            grant = {"until_s": until_s, "sent": 1}
+            replies.append((await client.post("/autotune/lockstep/advance", json=grant)).json())
+        return now0, held_s, replies, (await answer).text
+
+    (now0, held_s, replies, text), _ = _run(["--time-scale", "5"], scenario)
+    assert held_s == now0
+    clocks = [reply["now_s"] for reply in replies]
+    assert len(clocks) >= 3 and clocks == sorted(clocks)
+    for index, clock in enumerate(clocks[:-1]):  # each grant reached (the last: the end)
+        assert clock >= now0 + 0.05 * (index + 1)
+    stamps = [read_stamp(line.encode()) for line in text.splitlines() if line.startswith(": t=")]
+    times = [t for t, _ in stamps]
+    assert times == sorted(times) and now0 < times[0] and times[-1] <= clocks[-1]
+    assert [order for _, order in stamps] == [None] * (len(stamps) - 1) + [1]
+    events = [line for line in text.splitlines() if line.startswith("data: {")]
+    contents = [event for event in events if '"content":"' in event and '"role"' not in event]
+    assert len(contents) == 20  # one token per step, no MTP: one event each
 
 
 def test_without_ignore_eos_some_requests_stop_early_at_or_after_min_tokens() -> None:

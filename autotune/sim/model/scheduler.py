@@ -118,9 +118,8 @@ class SimEngineCore:
         self._dead: str | None = None
 
     # ----------------------------------------------------------------- requests
-    def add_request(self, request: SimRequest) -> None:
-        """Queue a request. Raises InputError if its prompt cannot fit max_model_len."""
-        num_prompt = len(request.prompt_token_ids)
+    def check_prompt(self, num_prompt: int) -> None:
+        """Raises InputError if a prompt of ``num_prompt`` tokens cannot fit max_model_len."""
         max_model_len = self.memory.max_model_len
         if num_prompt == 0 or num_prompt >= max_model_len:
             raise InputError(
@@ -128,6 +127,12 @@ class SimEngineCore:
                 f"prompt contains {num_prompt} input tokens, which exceeds this limit even "
                 "without any output tokens. Please reduce the length of the input prompt."
             )
+
+    def add_request(self, request: SimRequest) -> None:
+        """Queue a request. Raises InputError if its prompt cannot fit max_model_len."""
+        num_prompt = len(request.prompt_token_ids)
+        self.check_prompt(num_prompt)
+        max_model_len = self.memory.max_model_len
         if request.request_id in self._by_id:
             raise InputError(f"duplicate request id {request.request_id!r}")
         state = RequestState(

@@ -1,7 +1,8 @@
 """The simulator's HTTP routes: vLLM's OpenAI and Anthropic endpoints, health, metrics.
 
 Requests are validated, tokenized and queued as ``RequestStream``s on the
-``EngineRunner``; ``autotune.sim.server.sse`` writes what comes back.
+``EngineRunner``; ``autotune.sim.server.sse`` writes what comes back. ``/autotune/lockstep``
+lets a replay client hold the engine's clock (``sim/server/lockstep.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from autotune.sim.model.prompt import PromptRenderer
 from autotune.sim.server import responses as shapes
 from autotune.sim.server.faults import FaultInjector
 from autotune.sim.server.flags import ServeArgs
+from autotune.sim.server.lockstep import AT_HEADER, SEQ_HEADER, ClockedArrival
 from autotune.sim.server.metrics_export import CONTENT_TYPE, VllmMetrics
 from autotune.sim.server.scaled_time_loop import EngineDeadError, EngineRunner
 from autotune.sim.server.sse import SseResponse, StreamWriter, wait_disconnect
@@ -102,6 +104,8 @@ class SimApi:
             Route("/v1/messages", self.messages, methods=["POST"]),
             Route("/v1/messages/count_tokens", self.count_tokens, methods=["POST"]),
             Route("/tokenize", self.tokenize, methods=["POST"]),
+            Route("/autotune/lockstep", self.lockstep, methods=["POST", "DELETE"]),
+            Route("/autotune/lockstep/advance", self.lockstep_advance, methods=["POST"]),
         ]
         if self.args.dev_mode:
             routes.append(Route("/reset_prefix_cache", self.reset_prefix_cache, methods=["POST"]))
@@ -148,6 +152,43 @@ class SimApi:
             "permission": [],
         }
         return JSONResponse({"object": "list", "data": [card]})
+
+    # -- lockstep (the replay client holds the clock) ---------------------------------------
+
+    async def lockstep(self, request: Request) -> Response:
+        """POST: the client takes the engine's clock (``{"now_s"}``); DELETE: gives it back."""
+        if request.method == "DELETE":
+            self.runner.stop_lockstep()
+            return Response(status_code=204)
+        return JSONResponse({"now_s": self.runner.start_lockstep()})
+
+    async def lockstep_advance(self, request: Request) -> Response:
+        """``{"until_s", "sent", "cancel"}`` -> ``{"now_s", "ended", "dead"}`` once it holds."""
+        try:
+            body = json.loads(await request.body())
+            until_s = body["until_s"]
+            until_s = None if until_s is None else float(until_s)
+            sent = int(body["sent"])
+            cancel = tuple(int(seq) for seq in body.get("cancel", ()))
+        except (ValueError, TypeError, KeyError) as exc:
+            return JSONResponse({"error": f"bad lockstep advance: {exc}"}, status_code=400)
+        lock = await self.runner.advance(until_s, sent=sent, cancel=cancel)
+        if lock is None:
+            return JSONResponse({"error": "not in lockstep"}, status_code=409)
+        return JSONResponse(
+            {"now_s": self.runner.core.clock_s, "ended": lock.ended, "dead": self.runner.dead}
+        )
+
+    def _clocked(self, request: Request) -> ClockedArrival | None:
+        """A lockstep client's send time and place, when it is in lockstep and says them."""
+        at, seq = request.headers.get(AT_HEADER), request.headers.get(SEQ_HEADER)
+        if self.runner.lockstep is None or at is None or seq is None:
+            return None
+        try:
+            return ClockedArrival(at_s=float(at), seq=int(seq))
+        except ValueError as exc:
+            self.runner.arrived_without_engine(ClockedArrival(at_s=0.0, seq=-1))  # still counts
+            raise BadRequest(f"bad {AT_HEADER} / {SEQ_HEADER} header: {exc}") from exc
 
     # -- generation endpoints -------------------------------------------------------------
 
@@ -254,11 +295,14 @@ class SimApi:
     async def _generate(self, request: Request, endpoint: str) -> Response:
         received_wall_s = self.runner.wall_now()
         anthropic = endpoint == "anthropic.messages"
+        clocked: ClockedArrival | None = None
         try:
+            clocked = self._clocked(request)
             body = await self._body(request)
             if self.runner.dead:
                 raise BadRequest(shapes.ENGINE_DEAD_MESSAGE, 500, "InternalServerError")
             if self.faults.config.never_stream:
+                self.runner.arrived_without_engine(clocked, ended=False)
                 await asyncio.Event().wait()  # /health is fine, this answer never comes
             if self.faults.should_fail_with_5xx():
                 raise BadRequest("Simulated server error.", 500, "InternalServerError")
@@ -279,17 +323,21 @@ class SimApi:
                 ignore_eos=bool(body.get("ignore_eos", False)),
                 cache_salt=salt,
                 received_wall_s=received_wall_s,
+                clocked=clocked,
             )
         except BadRequest as exc:
+            self.runner.arrived_without_engine(clocked)
             if anthropic:
                 kind = "api_error" if exc.status >= 500 else "invalid_request_error"
                 return JSONResponse(shapes.anthropic_error(str(exc), kind), exc.status)
             return JSONResponse(shapes.openai_error(str(exc), exc.status, exc.kind), exc.status)
         except InputError as exc:  # the engine rejected the prompt
+            self.runner.arrived_without_engine(clocked)
             if anthropic:
                 return JSONResponse(shapes.anthropic_error(str(exc)), 400)
             return JSONResponse(shapes.openai_error(str(exc), 400, "BadRequestError"), 400)
         except EngineDeadError:
+            self.runner.arrived_without_engine(clocked)
             return JSONResponse(
                 shapes.openai_error(shapes.ENGINE_DEAD_MESSAGE, 500, "InternalServerError"), 500
             )

@@ -3,6 +3,8 @@
 ``SseResponse`` is a small ASGI response that writes the events and watches for
 the client going away, so a disconnect aborts the request in the engine at
 once; ``StreamWriter`` turns a request's tokens into the endpoint's shapes.
+A lockstep client's request (``sim/server/lockstep.py``) gets one event per engine step,
+each write dated by a ``: t=`` comment line in modelled seconds.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from starlette.types import Receive, Scope, Send
 
 from autotune.sim.server import responses as shapes
 from autotune.sim.server.faults import FaultInjector
+from autotune.sim.server.lockstep import stamp_line
 from autotune.sim.server.scaled_time_loop import EngineDeadError, RequestStream
 
 SSE_HEADERS = [
@@ -98,6 +101,13 @@ class StreamWriter:
         if delay_s > 0:
             await asyncio.sleep(delay_s / self.time_scale)
 
+    def _stamp(self, t_s: float, end_order: int | None = None) -> bytes:
+        """The date line of a clocked write: ``t_s``, or later when the first token is held."""
+        first_s = self.stream.first_token_s
+        if first_s is not None and self.faults.config.slow_first_token_s > 0:
+            t_s = max(t_s, first_s + self.faults.config.slow_first_token_s)
+        return stamp_line(t_s, end_order)
+
     async def collect(self) -> dict[str, Any]:
         """Wait for the whole output; the non-streaming response body."""
         s = self.stream
@@ -124,9 +134,11 @@ class StreamWriter:
         """The SSE events of a streaming response, in vLLM's shapes.
 
         Whatever one wake-up produces (start events, the new tokens, the end
-        events) goes out as one write: fewer sends when the process is busy.
+        events) goes out as one write: fewer sends when the process is busy. A clocked
+        request gets one token event per engine step, each dated, in that write.
         """
         s = self.stream
+        clocked = s.clocked is not None
         cut_after = self.faults.cut_after_tokens(s.max_tokens)
         hang = self.faults.hangs_mid_stream()
         malformed = self.faults.sends_malformed_event()
@@ -144,10 +156,20 @@ class StreamWriter:
                 parts: list[bytes] = []
                 if sent == 0:
                     await self._first_token_delay()
-                    parts.append(self._start_events())
-                parts.append(self._token_events(sent, count))
-                sent += count
+                steps: list[tuple[float | None, int]] = [(None, count)]
+                if clocked:
+                    steps = s.take_deliveries() or [(s.last_token_s or 0.0, count)]
+                for index, (t_s, tokens) in enumerate(steps):
+                    if t_s is not None:
+                        parts.append(self._stamp(t_s))
+                    if sent == 0:
+                        parts.append(self._start_events())
+                    last = s.finished and index == len(steps) - 1
+                    parts.append(self._token_events(sent, tokens, last=last))
+                    sent += tokens
                 if s.finished:
+                    if clocked and s.end_s is not None:
+                        parts.append(self._stamp(s.end_s, s.end_order))
                     parts.append(self._end_events(sent))
                 yield b"".join(parts)
                 if s.finished:
@@ -160,13 +182,13 @@ class StreamWriter:
                 error = shapes.openai_error(shapes.ENGINE_DEAD_MESSAGE, 500, "InternalServerError")
                 yield shapes.sse(error) + shapes.DONE
 
-    def _token_events(self, start: int, count: int) -> bytes:
-        """The event carrying ``count`` new tokens (OpenAI: also the finish reason)."""
+    def _token_events(self, start: int, count: int, *, last: bool) -> bytes:
+        """The event carrying ``count`` new tokens (OpenAI, the ``last``: the finish reason)."""
         s = self.stream
         text = shapes.render_tokens(start, count)
         if self.endpoint == "anthropic.messages":
             return shapes.anthropic_delta(text) if count else b""
-        reason = (s.finish_reason or "length") if s.finished else None
+        reason = (s.finish_reason or "length") if last else None
         return self._openai_chunk(text, reason)
 
     def _end_events(self, sent: int) -> bytes:
