@@ -210,6 +210,23 @@ async def scrape(client: httpx.AsyncClient, url: str) -> str:
     return response.text
 
 
+def prefix_cache_shares(stats: ServerStats) -> tuple[float, float | None] | None:
+    """The shares of prompt tokens the GPU prefix cache and the external tier (LMCache)
+    served, over the same tokens, so they add up (None: no prefix-cache figures).
+
+    vLLM's external hit rate is over the tokens the GPU cache missed, not over every
+    prompt token: 78% from the GPU and an external rate of 43% is 78% + 9%, not 121%.
+    """
+    gpu = stats.prefix_cache_hit_rate
+    if gpu is None:
+        return None
+    queries, external_hits = stats.prefix_cache_queries, stats.external_prefix_cache_hits
+    if queries and external_hits is not None:
+        return gpu, external_hits / queries
+    rate = stats.external_prefix_cache_hit_rate
+    return gpu, None if rate is None else rate * (1 - gpu)
+
+
 def explain_prefix_cache(
     stats: ServerStats,
     *,

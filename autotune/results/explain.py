@@ -17,6 +17,7 @@ from typing import Any
 import optuna
 from pydantic import BaseModel, ConfigDict
 
+from autotune.replay.metrics import prefix_cache_shares
 from autotune.results.reader import LoadedStudy, TrialRow
 from autotune.sim.model.units import GIB
 from autotune.vocabulary import OOM_OUTCOMES, Outcome
@@ -283,10 +284,16 @@ def prefix_cache_sentences(best: TrialRow) -> list[str]:
     if stats is None or stats.prefix_cache_hit_rate is None:
         return []
     rate = stats.prefix_cache_hit_rate
-    external = stats.external_prefix_cache_hit_rate
+    _, external = prefix_cache_shares(stats) or (rate, None)
     extra = f", plus {external:.0%} from the external (LMCache) tier" if external else ""
+    if rate > 0 and external:  # shares of the same prompt tokens: they add up
+        gpu_pct, external_pct = round(100 * rate), round(100 * external)
+        return [
+            f"The prefix cache served {gpu_pct + external_pct}% of prompt tokens: "
+            f"{gpu_pct}% from GPU memory and {external_pct}% from the external (LMCache) tier."
+        ]
     if rate > 0:
-        return [f"The prefix cache served {rate:.0%} of prompt tokens{extra}."]
+        return [f"The prefix cache served {rate:.0%} of prompt tokens."]
     if best.flags.get("enable-prefix-caching") is False:
         return [f"Prefix cache hit rate was 0%{extra}: prefix caching is off in this config."]
     usage, preemptions = stats.peak_kv_cache_usage, stats.preemptions

@@ -12,9 +12,17 @@ import html
 import math
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 import optuna
 import plotly.graph_objects as go
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
+from optuna.trial import FrozenTrial, TrialState
 from optuna.visualization import (
     plot_contour,
     plot_param_importances,
@@ -22,6 +30,7 @@ from optuna.visualization import (
     plot_slice,
 )
 
+from autotune.cli.progress import launched_value
 from autotune.errors import InputError
 from autotune.results.compare import catalog_gpu, sim_config, study_plan
 from autotune.results.explain import (
@@ -360,8 +369,66 @@ def _headline_table(loaded: LoadedStudy) -> str:
     return "<table>" + "</tr>".join(rows_html) + "</tr></table>"
 
 
+def _holding(distribution: BaseDistribution, values: set[Any]) -> BaseDistribution:
+    """``distribution`` widened to hold ``values`` (values a derived rule launched)."""
+    if isinstance(distribution, CategoricalDistribution):
+        known = list(distribution.choices)
+        choices = known + [value for value in values if value not in known]
+        if all(isinstance(c, int | float) and not isinstance(c, bool) for c in choices):
+            choices.sort()
+        return CategoricalDistribution(choices)
+    if isinstance(distribution, IntDistribution):
+        low, high = min(distribution.low, *values), max(distribution.high, *values)
+        return IntDistribution(low, high, log=distribution.log)
+    if isinstance(distribution, FloatDistribution):
+        low, high = min(distribution.low, *values), max(distribution.high, *values)
+        return FloatDistribution(low, high, log=distribution.log)
+    return distribution
+
+
+def launched_study(loaded: LoadedStudy) -> optuna.Study:
+    """``measured_study`` with each trial at the values it launched: where a derived rule
+    replaced a searched value (2N-1 batched tokens with MTP and LMCache on), the plots
+    that place trials on a parameter's axis show what ran, not what was searched."""
+    measured = measured_study(loaded)
+    flags = {row.number: row.flags for row in loaded.trials}
+    launched: dict[int, dict[str, Any]] = {}
+    replaced: dict[str, set[Any]] = {}
+    for trial in measured.get_trials(deepcopy=False):
+        params = {}
+        for name, searched in trial.params.items():
+            value, changed = launched_value(name, searched, flags.get(trial.number, {}))
+            params[name] = value
+            if changed:
+                replaced.setdefault(name, set()).add(value)
+        launched[trial.number] = params
+    if not replaced:
+        return measured
+    copy = optuna.create_study(directions=loaded.study.directions)
+    for trial in measured.get_trials(deepcopy=False):
+        distributions = {
+            name: _holding(dist, replaced[name]) if name in replaced else dist
+            for name, dist in trial.distributions.items()
+        }
+        copy.add_trial(_moved(trial, launched[trial.number], distributions))
+    return copy
+
+
+def _moved(
+    trial: FrozenTrial, params: dict[str, Any], distributions: dict[str, BaseDistribution]
+) -> FrozenTrial:
+    complete = trial.state == TrialState.COMPLETE
+    return optuna.trial.create_trial(
+        state=trial.state,
+        params=params,
+        distributions=distributions,
+        values=trial.values if complete else None,
+    )
+
+
 def _optuna_figures(loaded: LoadedStudy) -> list[go.Figure]:
     study = measured_study(loaded)
+    placed = launched_study(loaded)  # slice and contour: trials where they launched
     target = _first_value
     name = objective_axis(loaded.info.primary_objective)
     figures: list[go.Figure | None] = []
@@ -369,11 +436,11 @@ def _optuna_figures(loaded: LoadedStudy) -> list[go.Figure]:
         figures.append(
             _figure(lambda: plot_param_importances(study, target=target, target_name=name))
         )
-        figures.append(_figure(lambda: plot_slice(study, target=target, target_name=name)))
+        figures.append(_figure(lambda: plot_slice(placed, target=target, target_name=name)))
         top = list(param_importances(loaded))[:2]
         if len(top) == 2:
             figures.append(
-                _figure(lambda: plot_contour(study, params=top, target=target, target_name=name))
+                _figure(lambda: plot_contour(placed, params=top, target=target, target_name=name))
             )
     if loaded.multi_objective:
         everything = measured_study(loaded, feasible_only=False)

@@ -206,7 +206,9 @@ def test_zero_prefix_hit_rate_is_explained_from_the_metrics() -> None:
     assert "share no prefix long enough to cache (a full block of 16 tokens)" in " ".join(
         prefix_cache_sentences(roomy)
     )
+    # vLLM's external rate is over what the GPU cache missed: 6.3% of the other 55%.
     lmcache = _with_stats(prefix_cache_hit_rate=0.45, external_prefix_cache_hit_rate=0.063)
     assert prefix_cache_sentences(lmcache) == [
-        "The prefix cache served 45% of prompt tokens, plus 6% from the external (LMCache) tier."
+        "The prefix cache served 48% of prompt tokens: 45% from GPU memory and 3% from the "
+        "external (LMCache) tier."
     ]
