@@ -1,8 +1,12 @@
 """Progress of a study: trial n/N, phase, best so far, elapsed, ETA.
 
-``RichProgress`` draws it live on a terminal; ``PlainProgress`` writes one plain
-line per phase and per finished trial, for stdout that is a file or a pipe and
-for the study's log file (overnight runs are read afterwards, not watched).
+``PlainProgress`` writes one plain line per phase and per finished trial, for stdout
+that is a file or a pipe and for the study's log file (overnight runs are read
+afterwards, not watched). ``RichProgress``, on a terminal, prints the same line for
+each finished trial and keeps one live status line under them, redrawn four times a
+second (the clock runs on through a long warm start). Trials are named by their
+number (0 first, as ``show`` and ``export --trial`` name them), with ``[k/N]`` the
+count of trials done or running out of the budget.
 """
 
 from __future__ import annotations
@@ -15,10 +19,8 @@ from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
-from rich.console import Console, Group
+from rich.console import Console
 from rich.live import Live
-from rich.markup import escape
-from rich.table import Table
 from rich.text import Text
 
 from autotune.config.trial_config import params_text
@@ -65,7 +67,13 @@ class Tally:
         self.maximize = maximize
         self.best = best  # the study's best including earlier runs
         self.started = time.monotonic()
+        self.trials_started: float | None = None  # the first trial's start (after warm start)
         self._counted: set[int] = set()
+
+    def trial_started(self) -> None:
+        """A trial starts: the first one starts the clock the ETA reads."""
+        if self.trials_started is None:
+            self.trials_started = time.monotonic()
 
     def record(self, trial: FrozenTrial, study: optuna.Study) -> TrialRecord:
         """Count a finished trial once, however many displays report it; returns its record."""
@@ -94,10 +102,12 @@ class Tally:
         return time.monotonic() - self.started
 
     def eta_s(self) -> float | None:
-        if not self.n_trials or not self.done_now:
+        """Time left at the pace of this run's trials so far: the warm start before the
+        first trial is not a trial's time, and does not come again."""
+        if not self.n_trials or not self.done_now or self.trials_started is None:
             return None
         left = max(self.n_trials - self.done_before - self.done_now, 0)
-        return self.elapsed_s / self.done_now * left
+        return (time.monotonic() - self.trials_started) / self.done_now * left
 
     def position(self, running: bool) -> str:
         position = self.done_before + self.done_now + (1 if running else 0)
@@ -115,6 +125,44 @@ def failure_text(record: TrialRecord) -> str:
     if record.failure is None or not record.failure.message:
         return ""
     return f": {record.failure.message[:FAILURE_MESSAGE_CHARS]}"
+
+
+def trial_end_text(
+    trial: FrozenTrial,
+    outcome: str,
+    study: optuna.Study,
+    tally: Tally,
+    *,
+    metric: str,
+    trial_started: float,
+) -> str:
+    """The line a finished trial gets (counting it in ``tally``): outcome, value, params,
+    wall time, elapsed, ETA and the best so far."""
+    record = tally.record(trial, study)
+    if record.reason is not None:
+        outcome = f"{outcome} ({record.reason})"
+    if trial.state != TrialState.COMPLETE and record.error:
+        outcome = f"{outcome}: {record.error}"
+    value = trial.values[0] if trial.values and record.measured else None
+    shown = f"{value:,.1f} {metric}" if value is not None else "no measurement"
+    shown += failure_text(record)
+    if trial.state == TrialState.PRUNED and record.replay and record.replay.stopped_early:
+        shown = record.replay.stopped_early
+    flags = dict(record.config.flags) if record.config else {}
+    wall = record.wall_s if record.wall_s is not None else time.monotonic() - trial_started
+    eta = tally.eta_s()
+    return (
+        f"trial {trial.number} [{tally.position(False)}] {outcome}: {shown}; "
+        f"{params_text(trial.params, flags)}; {wall:.0f}s; "
+        f"elapsed {_clock(tally.elapsed_s)}"
+        + (f", ETA {_clock(eta)}" if eta is not None else "")
+        + f"; {tally.best_text(metric)}"
+    )
+
+
+def stamped(text: str) -> str:
+    """``text`` after the wall-clock time, as every progress line starts."""
+    return f"{datetime.now().strftime('%H:%M:%S')} {text}"
 
 
 class PlainProgress:
@@ -135,13 +183,14 @@ class PlainProgress:
         return None
 
     def _line(self, text: str) -> None:
-        self.write(f"{datetime.now().strftime('%H:%M:%S')} {text}")
+        self.write(stamped(text))
 
     def on_trial_start(
         self, number: int, params: dict[str, Any], flags: dict[str, Any], is_baseline: bool
     ) -> None:
         self.number, self.phase = number, ""
         self.trial_started = time.monotonic()
+        self.tally.trial_started()
         baseline = " (baseline)" if is_baseline else ""
         position = self.tally.position(True)
         self._line(f"trial {number}{baseline} [{position}] starts: {params_text(params, flags)}")
@@ -155,25 +204,15 @@ class PlainProgress:
         return None  # one line per request would bury the trials
 
     def on_trial_end(self, trial: FrozenTrial, outcome: str, study: optuna.Study) -> None:
-        record = self.tally.record(trial, study)
-        if record.reason is not None:
-            outcome = f"{outcome} ({record.reason})"
-        if trial.state != TrialState.COMPLETE and record.error:
-            outcome = f"{outcome}: {record.error}"
-        value = trial.values[0] if trial.values and record.measured else None
-        shown = f"{value:,.1f} {self.metric}" if value is not None else "no measurement"
-        shown += failure_text(record)
-        if trial.state == TrialState.PRUNED and record.replay and record.replay.stopped_early:
-            shown = record.replay.stopped_early
-        flags = dict(record.config.flags) if record.config else {}
-        wall = record.wall_s if record.wall_s is not None else time.monotonic() - self.trial_started
-        eta = self.tally.eta_s()
         self._line(
-            f"trial {trial.number} [{self.tally.position(False)}] {outcome}: {shown}; "
-            f"{params_text(trial.params, flags)}; {wall:.0f}s; "
-            f"elapsed {_clock(self.tally.elapsed_s)}"
-            + (f", ETA {_clock(eta)}" if eta is not None else "")
-            + f"; {self.tally.best_text(self.metric)}"
+            trial_end_text(
+                trial,
+                outcome,
+                study,
+                self.tally,
+                metric=self.metric,
+                trial_started=self.trial_started,
+            )
         )
 
 
@@ -203,7 +242,8 @@ class FanOut:
 
 
 class RichProgress:
-    """A StudyObserver that draws a live status line and the finished trials."""
+    """A StudyObserver for a terminal: every finished trial's line, as plain mode writes
+    it, above one live status line (trial, phase, best, elapsed, ETA)."""
 
     def __init__(self, console: Console, tally: Tally, *, metric: str) -> None:
         self.console = console
@@ -212,17 +252,14 @@ class RichProgress:
         self.trial_started = tally.started
         self.number: int | None = None
         self.phase = "starting"
-        self.requests_done = 0
-        self.requests_total: int | None = None
-        self.rows: list[tuple[str, ...]] = []
-        self.live = Live(self._render(), console=console, refresh_per_second=4, transient=False)
+        self.live = Live(_Status(self), console=console, refresh_per_second=4, transient=False)
 
     def __enter__(self) -> RichProgress:
         self.live.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self.live.update(self._render())
+        self.live.refresh()
         self.live.__exit__(*exc)
 
     # --- StudyObserver ---------------------------------------------------------
@@ -232,62 +269,57 @@ class RichProgress:
     ) -> None:
         self.number = number
         self.trial_started = time.monotonic()
+        self.tally.trial_started()
         self.phase = "baseline: launching" if is_baseline else "launching"
-        self.requests_done, self.requests_total = 0, None
-        self._refresh()
+        self.live.refresh()
 
     def on_phase(self, phase: str) -> None:
         if self.number is None:  # the study's own phases (warm start) stay on the screen
             self.live.console.print(phase, highlight=False, markup=False)
         self.phase = phase
-        self._refresh()
+        self.live.refresh()
 
     def on_request_done(self, record: RequestRecord, done: int, total: int | None) -> None:
-        self.requests_done, self.requests_total = done, total
         if not record.in_window:
             self.phase = f"warming up ({done} requests)"
         elif total:
             self.phase = f"replaying {100 * done / total:.0f}%"
         else:
             self.phase = f"replaying ({done} requests)"
-        self._refresh()
 
     def on_trial_end(self, trial: FrozenTrial, outcome: str, study: optuna.Study) -> None:
-        record = self.tally.record(trial, study)
-        if record.reason is not None:
-            outcome = f"{outcome} ({record.reason})"
-        if trial.state != TrialState.COMPLETE and record.error:
-            outcome = f"{outcome}: {record.error}"[:60]
-        outcome = (outcome + failure_text(record))[:60]
-        value = trial.values[0] if trial.values else None
-        shown = f"{value:,.1f}" if value is not None and record.measured else "-"
-        wall = record.wall_s
-        self.rows.append(
-            (str(trial.number), escape(outcome), shown, f"{wall:.0f}s" if wall is not None else "")
+        self.number, self.phase = None, "done"  # first: a redraw meanwhile counts it done
+        text = trial_end_text(
+            trial, outcome, study, self.tally, metric=self.metric, trial_started=self.trial_started
         )
-        self.phase = "done"
-        self._refresh()
+        self.live.console.print(stamped(text), highlight=False, markup=False, soft_wrap=True)
+        self.live.refresh()
 
     # --- drawing ---------------------------------------------------------------
 
-    def _refresh(self) -> None:
-        self.live.update(self._render())
-
-    def _render(self) -> Group:
-        elapsed = self.tally.elapsed_s
-        trial_text = f"trial {self.tally.position(self.phase != 'done')}"
-        best = self.tally.best_text(self.metric)
-        eta_s = self.tally.eta_s()
+    def status(self) -> Text:
+        """The live line, as of now (Live asks for it at every refresh)."""
+        tally = self.tally
+        if self.number is not None:
+            head = f"trial {self.number} [{tally.position(True)}]"
+        else:
+            head = f"{tally.position(False)} trials done"
+        phase = f" · {self.phase}" if self.phase != "done" else ""
+        eta_s = tally.eta_s()
         eta = f" · ETA {_clock(eta_s)}" if eta_s is not None else ""
-        status = Text.assemble(
-            (trial_text, "bold"),
-            f" · {self.phase} · ",
-            (best, "green"),
-            f" · elapsed {_clock(elapsed)}{eta}",
+        return Text.assemble(
+            (head, "bold"),
+            f"{phase} · ",
+            (tally.best_text(self.metric), "green"),
+            f" · elapsed {_clock(tally.elapsed_s)}{eta}",
         )
-        table = Table(box=None, pad_edge=False, show_header=bool(self.rows))
-        for column in ("trial", "outcome", self.metric, "wall"):
-            table.add_column(column, justify="right" if column != "outcome" else "left")
-        for row in self.rows[-8:]:
-            table.add_row(*row)
-        return Group(table, status)
+
+
+class _Status:
+    """The live region's renderable: the status line computed when it is drawn."""
+
+    def __init__(self, progress: RichProgress) -> None:
+        self.progress = progress
+
+    def __rich__(self) -> Text:
+        return self.progress.status()

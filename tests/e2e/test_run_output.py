@@ -3,6 +3,7 @@ study, the resume banner, and the latency of the crowned config against the base
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -131,10 +132,64 @@ def test_on_a_terminal_the_live_display_counts_each_trial_once_and_the_log_is_ke
                             capture_output=True, text=True, timeout=220)  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:]
     screen = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", result.stdout)
-    assert "trial 2/2 · done" in screen
-    assert "trial 3/2" not in screen and "trial 4/2" not in screen
+    assert "2/2 trials done · best" in screen
+    assert "3/2" not in screen and "4/2" not in screen
     logged = (tmp_path / "studies" / "runs" / "night" / "run.log").read_text()
     assert [m["pos"] for m in TRIAL_LINE.finditer(logged.replace("/2]", "/3]"))] == ["1", "2"]
+
+
+def final_screen(stream: str) -> list[str]:
+    """What a terminal shows once ``stream`` is written: text, newlines, carriage returns,
+    and the cursor-up and erase-line sequences rich's live display redraws itself with."""
+    lines, row, col = [""], 0, 0
+    for token in re.split(r"(\x1b\[[0-9;?]*[A-Za-z]|\r\n|\r|\n)", stream):
+        if not token:
+            continue
+        if token in ("\r\n", "\n"):
+            row, col = row + 1, 0
+            lines += [""] * (row + 1 - len(lines))
+        elif token == "\r":
+            col = 0
+        elif token.startswith("\x1b["):
+            if token[-1] == "A":
+                row = max(0, row - int(token[2:-1] or 1))
+            elif token[-1] == "K":
+                lines[row] = "" if token[2:-1] == "2" else lines[row][:col]
+        else:
+            line = lines[row].ljust(col)
+            lines[row] = line[:col] + token + line[col + len(token) :]
+            col += len(token)
+    return [line.rstrip() for line in lines if line.strip()]
+
+
+@pytest.mark.skipif(shutil.which("script") is None, reason="util-linux `script` not installed")
+@pytest.mark.timeout(240)
+def test_on_a_terminal_every_finished_trial_keeps_its_line_above_the_live_status(
+    tmp_path: Path,
+) -> None:
+    """Before: a live table of the last 8 trials (the winner's row scrolled away), counting
+    trials from 0 in the table and from 1 in the status line (`trial 1/10` for trial 0)."""
+    args = run_args(tmp_path, "--trials", "10")
+    args[args.index("--sampler") + 1] = "random"  # 3 configs: 7 trials answered as duplicates
+    command = shlex.join(autotune_argv(*args))
+    result = subprocess.run(["script", "-qec", command, "/dev/null"], cwd=tmp_path,
+                            capture_output=True, timeout=220,
+                            env={**os.environ, "COLUMNS": "300"})  # fmt: skip
+    stream = result.stdout.decode(errors="replace")  # bytes: text mode would turn \r into \n
+    assert result.returncode == 0, stream[-3000:]
+    screen = final_screen(stream)
+    ended = [line for line in screen if re.match(r"\d\d:\d\d:\d\d trial \d+ \[\d+/10\] ", line)]
+    numbers = [int(re.search(r"trial (\d+)", line)[1]) for line in ended]  # type: ignore[index]
+    assert numbers == list(range(10)), "\n".join(screen)
+    assert [re.search(r"\[(\d+)/10\]", line)[1] for line in ended] == [  # type: ignore[index]
+        str(n + 1) for n in range(10)
+    ]
+    status = [line for line in screen if "trials done · best" in line]
+    assert len(status) == 1 and status[0].startswith("10/10 trials done"), "\n".join(screen)
+    assert screen.index(status[0]) > screen.index(ended[-1])  # the live line under them
+    plain = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", stream)
+    assert "trial 0 [1/10] · " in plain  # the status line names the trial as the lines do
+    assert not re.search(r"trial \d+/10", plain)
 
 
 @pytest.mark.timeout(240)
