@@ -108,8 +108,8 @@ def compare(
         list[str] | None,
         typer.Option(
             "--what-if",
-            help="Also predict each best config on this simulator GPU (repeatable), "
-            "calibrated on the study's own GPU.",
+            help="Also tune the study's space for this simulator GPU (repeatable; "
+            "predictions only) and show the config it picks, calibrated on the study's own GPU.",
         ),
     ] = None,
     calibration: Annotated[
@@ -127,7 +127,14 @@ def compare(
     rows = compare_mod.compare_rows(loaded, prices=prices)
     if what_if:
         profile = None if calibration is None else load_profile(calibration)
-        rows += compare_mod.what_if_rows(loaded, what_if, prices=prices, calibration=profile)
+        out = console()
+        rows += compare_mod.what_if_rows(
+            loaded,
+            what_if,
+            prices=prices,
+            calibration=profile,
+            say=lambda line: out.print(line, highlight=False, markup=False, soft_wrap=True),
+        )
     console().print(compare_mod.comparison_table(rows))
 
 

@@ -1,14 +1,17 @@
 """Compare the best configs of several studies (GPUs, engine versions, models) in one table.
 
 ``--what-if GPU`` adds the simulator's prediction for GPUs the user does not
-own: the study's best config is predicted on the study's own GPU and on the
-other one, and each figure is scaled by measured/predicted on the own GPU, so
-the simulator's bias on this workload cancels out.
+own: the study's space is tuned anew for that GPU on the simulator (its KV range
+scaled to the card, the guided tuner's warm start; ``what_if.py``) and the config
+it picks is shown beside its figures. Each figure is scaled by measured/predicted
+of the study's best config on its own GPU, so the simulator's bias on this workload
+cancels out. On the study's own GPU the what-if is the measured best, predicted.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
@@ -19,6 +22,7 @@ from autotune.errors import InputError
 from autotune.replay.load import LoadSpec
 from autotune.results.explain import format_flag_value
 from autotune.results.reader import LoadedStudy, TrialRow
+from autotune.results.what_if import NoConfigStarts, TunedForGpu, tune_for_gpu
 from autotune.sim.model.calibration_profile import CalibrationProfile
 from autotune.sim.model.config import SimConfig
 from autotune.sim.model.hardware import get_gpu
@@ -97,7 +101,11 @@ def price_for(prices: dict[str, float], *names: str) -> float | None:
 
 def config_summary(row: TrialRow) -> str:
     """The flags that matter most, short: ``kv-cache-memory-bytes=12 GiB, ...``."""
-    flags = row.flags
+    return flags_summary(row.flags)
+
+
+def flags_summary(flags: dict[str, object]) -> str:
+    """``config_summary`` of a config's flags."""
     shown = [
         f"{n}={format_flag_value(n, flags[n])}" for n in SHORT_FLAGS if flags.get(n) is not None
     ]
@@ -227,12 +235,14 @@ def what_if_rows(
     *,
     prices: dict[str, float] | None = None,
     calibration: CalibrationProfile | None = None,
+    say: Callable[[str], None] | None = None,
 ) -> list[ComparisonRow]:
-    """Per study and GPU, the best config as the calibrated simulator predicts it.
+    """Per study and GPU, the config tuned for that GPU on the simulator, as the calibrated
+    simulator predicts it (the study's own GPU: its measured best, predicted).
 
     ``calibration``: a profile (``autotune sim calibrate``) used for every
     prediction on the GPU and model it was fitted for; InputError if it fits
-    none of them.
+    none of them. ``say`` hears each tuning's progress (a warm start per GPU).
     """
     for gpu in gpus:
         get_gpu(gpu)
@@ -259,8 +269,18 @@ def what_if_rows(
             config = sim_config(best.config, gpu)
             profile = _applying(calibration, config)
             used = used or profile is not None or own_profile is not None
-            prediction = predict(config, plan, load, calibration=profile)
-            rows.append(_predicted_row(loaded, best, gpu, prediction, ratios, own, prices))
+            if gpu == own:  # tuned for real: the measured best, predicted
+                prediction = predict(config, plan, load, calibration=profile)
+                rows.append(_predicted_row(loaded, best, gpu, prediction, ratios, own, prices))
+                continue
+            try:
+                tuned = tune_for_gpu(
+                    loaded, gpu, plan=plan, load=load, calibration=profile, say=say
+                )
+            except NoConfigStarts as exc:
+                rows.append(_nothing_starts_row(loaded, gpu, str(exc), prices))
+                continue
+            rows.append(_tuned_row(loaded, tuned, ratios, own, prices))
     if calibration is not None and not used:
         raise InputError(
             f"calibration profile {calibration.name} (hardware "
@@ -306,6 +326,72 @@ def _predicted_row(
         concurrency_reached=prediction.server_stats.peak_running if ran else None,
         usd_per_hour=price_for(prices or {}, gpu),
         source=source,
+    )
+
+
+def _tuned_row(
+    loaded: LoadedStudy,
+    tuned: TunedForGpu,
+    ratios: dict[str, float | None],
+    own: str,
+    prices: dict[str, float] | None,
+) -> ComparisonRow:
+    """A what-if column for a GPU the study's space was tuned for on the simulator."""
+    prediction, stats = tuned.prediction, tuned.prediction.stats
+    ran = prediction.failure is None
+    calibration = ratios["throughput"]
+    searched = f"best of {tuned.predicted_feasible:,} of {tuned.configs:,} configs"
+    if tuned.kv_range_gib is not None:
+        low, high = tuned.kv_range_gib
+        searched += f", KV {low:g}-{high:g} GiB"
+    if not tuned.meets_limits:
+        searched += "; none predicted to meet the SLOs: the nearest"
+    scale = (
+        f"x{calibration:.2f}, calibrated on {own}"
+        if calibration is not None
+        else f"uncalibrated: the simulator does not run the best config on {own}"
+    )
+    source = f"predicted: tuned for {tuned.gpu} on the simulator ({searched}; {scale})"
+    if not ran:
+        source = f"predicted: {prediction.failure.failure_class} on {tuned.gpu}"
+    return ComparisonRow(
+        study=loaded.name,
+        label=f"{tuned.gpu} what-if",
+        gpu=tuned.gpu,
+        engine_version=loaded.info.engine_version,
+        model=loaded.info.model,
+        trial=None,
+        best_config=flags_summary(dict(tuned.config.flags)),
+        output_throughput_tok_s=_scaled(stats.output_throughput_tok_s, calibration)
+        if ran
+        else None,
+        ttft_p95_s=_scaled(stats.ttft.p95, ratios["ttft"]) if ran else None,
+        tpot_p95_s=_scaled(stats.tpot.p95, ratios["tpot"]) if ran else None,
+        kv_cache_tokens=prediction.memory.kv_cache_tokens if prediction.memory.fits else None,
+        concurrency_reached=prediction.server_stats.peak_running if ran else None,
+        usd_per_hour=price_for(prices or {}, tuned.gpu),
+        source=source,
+    )
+
+
+def _nothing_starts_row(
+    loaded: LoadedStudy, gpu: str, reason: str, prices: dict[str, float] | None
+) -> ComparisonRow:
+    return ComparisonRow(
+        study=loaded.name,
+        label=f"{gpu} what-if",
+        gpu=gpu,
+        engine_version=loaded.info.engine_version,
+        model=loaded.info.model,
+        trial=None,
+        best_config="(none starts)",
+        output_throughput_tok_s=None,
+        ttft_p95_s=None,
+        tpot_p95_s=None,
+        kv_cache_tokens=None,
+        concurrency_reached=None,
+        usd_per_hour=price_for(prices or {}, gpu),
+        source=f"predicted: {reason}",
     )
 
 

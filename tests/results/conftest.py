@@ -31,6 +31,7 @@ from autotune.workload.expand import load_plan
 
 MODEL = "qwen3.6-27b-awq"
 SAMPLE_WORKLOAD = Path(__file__).resolve().parents[2] / "workloads" / "sample-claudecode.jsonl"
+WHAT_IF_SPACE = Path(__file__).resolve().parent / "data" / "what-if.yaml"  # tuned per GPU
 GIB = 1 << 30
 TOKENS_PER_GIB = {"auto": 128_341 / 9, "fp8_e4m3": 220_013 / 9}
 TOKENS_PER_SESSION = 9_000
@@ -271,6 +272,7 @@ def on_the_catalog_gpu(storage_url: str, name: str) -> None:
     )
     study.set_user_attr("load", {"mode": "sessions", "concurrency": 8, "max_requests": 24})
     study.set_user_attr("hardware", {"gpu_name": "rtx4080s-32g", "source": "simulator"})
+    study.set_user_attr("space", {"name": "what-if", "path": str(WHAT_IF_SPACE)})  # no digest
 
 
 @pytest.fixture

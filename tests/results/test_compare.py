@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import optuna
@@ -48,25 +49,42 @@ def test_table_compares_best_configs_with_cost(storage_url: str) -> None:
     assert text.count("measured") == 2
 
 
-def test_what_if_is_calibrated_on_the_studys_own_gpu(storage_url: str) -> None:
+def test_what_if_is_calibrated_on_the_studys_own_gpu_and_tuned_for_the_others(
+    storage_url: str,
+) -> None:
+    """Before: every GPU got the 32 GB card's best config (6-10 GiB of KV on an 80 GB
+    card). Now the space is tuned for each on the simulator and the pick is shown."""
     # configs the simulated 4080 Super runs, so there is something to calibrate against
     points = [Point(6.0, "auto", 8, 0, baseline=True), Point(10.0, "fp8_e4m3", 8, 0)]
     build_study(storage_url, "a", points=points)
     on_the_catalog_gpu(storage_url, "a")
     loaded = load_study(storage_url, "a")
+    heard: list[str] = []
     own, h100, small = what_if_rows(
-        [loaded], ["rtx4080s-32g", "h100-80g", "rtx4090-24g"], prices={"h100": 2.49}
+        [loaded],
+        ["rtx4080s-32g", "h100-80g", "rtx4090-24g"],
+        prices={"h100": 2.49},
+        say=heard.append,
     )
     # on its own GPU the calibrated prediction gives back what was measured
     best = loaded.best()
     assert own.output_throughput_tok_s == pytest.approx(best.throughput_tok_s)
     assert own.ttft_p95_s == pytest.approx(best.ttft_p95_s)
     assert own.source.startswith("predicted (simulator x") and "rtx4080s-32g" in own.source
-    assert h100.output_throughput_tok_s > own.output_throughput_tok_s
+    assert own.best_config == compare_rows([loaded])[0].best_config
+    # on the H100 the space was tuned anew: KV scaled to the 80 GB card, the pick shown
+    assert h100.source.startswith("predicted: tuned for h100-80g on the simulator")
+    assert "calibrated on rtx4080s-32g" in h100.source
+    assert h100.best_config != own.best_config
+    kv_gib = float(re.search(r"kv-cache-memory-bytes=([\d.]+) GiB", h100.best_config)[1])  # type: ignore[index]
+    assert kv_gib > 14  # past anything the 32 GB card's space allows
+    assert h100.kv_cache_tokens > 2 * own.kv_cache_tokens  # type: ignore[operator]
+    assert h100.output_throughput_tok_s > own.output_throughput_tok_s  # type: ignore[operator]
     assert h100.usd_per_hour == 2.49
-    # 10 GiB of KV beside 27B weights does not fit in 24 GB: a prediction, not a number
-    assert small.output_throughput_tok_s is None
-    assert small.source.startswith("predicted: cuda-oom") or "kv-does-not-fit" in small.source
+    # on the 24 GB card no pool beside the weights holds the workload's 34k-token request
+    assert small.output_throughput_tok_s is None and small.best_config == "(none starts)"
+    assert small.source.startswith("predicted: no config of the space starts on rtx4090-24g")
+    assert any("Warm start: predicting" in line for line in heard)
     console = Console(width=250, record=True)
     console.print(comparison_table([*compare_rows([loaded]), own, h100, small]))
     assert "h100-80g what-if" in console.export_text()
