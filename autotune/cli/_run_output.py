@@ -20,6 +20,7 @@ from rich.table import Table
 from autotune.cli.progress import Best, FanOut, PlainProgress, RichProgress, Tally
 from autotune.errors import InputError
 from autotune.redaction import redact
+from autotune.results.load_bound import study_tie, tie_sentences
 from autotune.results.reader import LoadedStudy, TrialRow
 from autotune.trial.objective import METRIC_NAMES, ObjectiveName
 from autotune.tuner.record import TunerStudyRecord
@@ -127,6 +128,9 @@ def summary_lines(loaded: LoadedStudy) -> list[str]:
         f"{value if value is not None else float('nan'):,.1f} {metric}{mean_text}{gain_text}"
     ]
     lines += latency_lines(loaded, best)
+    tie = study_tie(loaded)
+    if tie is not None:
+        lines += [f"  [yellow]warning:[/yellow] {sentence}" for sentence in tie_sentences(tie)]
     lines += tuner_lines(loaded, metric)
     if best.config is not None:
         lines.append("  " + shlex.join(["vllm", "serve", *best.config.vllm_args()]))

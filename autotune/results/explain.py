@@ -18,6 +18,7 @@ import optuna
 from pydantic import BaseModel, ConfigDict
 
 from autotune.replay.metrics import prefix_cache_shares
+from autotune.results.load_bound import Tie, study_tie, tie_sentences
 from autotune.results.reader import LoadedStudy, TrialRow
 from autotune.sim.model.units import GIB
 from autotune.vocabulary import OOM_OUTCOMES, Outcome
@@ -316,9 +317,14 @@ def _percent(value: float | None) -> str:
     return "unknown" if value is None else f"{value:.0%}"
 
 
-def importance_sentences(loaded: LoadedStudy) -> list[str]:
-    importances = param_importances(loaded)
+def importance_sentences(loaded: LoadedStudy, tie: Tie | None = None) -> list[str]:
     measured = len(loaded.feasible_measured())
+    if tie is not None:  # importances over a constant rank noise
+        return [
+            f"None measurably: over {measured} measured trials every config served within "
+            f"{tie.spread:.1%} of the best, so ranking the flags by importance would rank noise."
+        ]
+    importances = param_importances(loaded)
     if not importances:
         return [
             f"Too few measured trials ({measured}, fewer than {MIN_TRIALS_FOR_IMPORTANCE}) "
@@ -420,6 +426,9 @@ def explain(loaded: LoadedStudy) -> list[Section]:
         sections.append(Section(title="Where out-of-memory begins", sentences=tuple(memory)))
         return sections
     best = loaded.best()
+    tie = study_tie(loaded)
+    if tie is not None:
+        sections.append(Section(title="The configs tie", sentences=tuple(tie_sentences(tie))))
     why = headline_sentences(loaded, best) + pareto_sentences(loaded)
     baseline = loaded.baseline()
     if baseline is not None and baseline.config is not None and baseline.number != best.number:
@@ -430,7 +439,7 @@ def explain(loaded: LoadedStudy) -> list[Section]:
     why += prefix_cache_sentences(best)
     sections.append(Section(title="Why the best config wins", sentences=tuple(why)))
     sections.append(
-        Section(title="Which flags mattered", sentences=tuple(importance_sentences(loaded)))
+        Section(title="Which flags mattered", sentences=tuple(importance_sentences(loaded, tie)))
     )
     sections.append(
         Section(title="Where out-of-memory begins", sentences=tuple(oom_sentences(loaded)))
