@@ -49,3 +49,19 @@ def test_the_hardware_names_used_are_listed_by_sim_catalog() -> None:
     assert names, "the README names GPUs"
     for name in names:
         assert name in catalog, name
+
+
+def test_the_import_example_reads_traces_the_clone_ships(tmp_path: Path) -> None:
+    """Before: it imported ../shared/data/claude-code-traces/, a folder a user does not have."""
+    line = next(line for line in README.splitlines() if "autotune workload import " in line)
+    source, out = shlex.split(line.split("autotune workload import ", 1)[1].split("#")[0])
+    folder = (REPO / source).resolve()
+    assert folder.is_relative_to(REPO) and folder.is_dir(), source
+    done = subprocess.run(
+        [sys.executable, "-m", "autotune", "workload", "import", str(folder), str(tmp_path / out)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    plan = load_plan(tmp_path / out)
+    assert len(plan.sessions) >= 3 and len(plan.requests) >= 30
+    assert "scripts/make_trace_sample.py" in README  # where the sample comes from
