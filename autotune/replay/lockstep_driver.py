@@ -71,7 +71,7 @@ class LockstepDriver(HttpDriver):
         self._flights: dict[int, _Flight] = {}
         self._cancel: list[int] = []  # expired requests the simulator must abort
         self._landed: list[tuple[float, float, int, Send, RequestOutcome]] = []  # not taken
-        self._ended = 0  # requests ended, as the simulator counts them
+        self._ended = 0  # requests that ended here (the simulator's count must not pass it)
         self._ended_event = asyncio.Event()
 
     def now_s(self, wall_s: float | None = None) -> float:
@@ -105,8 +105,10 @@ class LockstepDriver(HttpDriver):
                 if next_send_s is None and self.in_flight == 0:
                     return
                 await self._advance(self._horizon_s(next_send_s, next_scrape_s))
-        except httpx.HTTPError as exc:
+        except httpx.TransportError as exc:  # the server is gone (it died, it was stopped)
             self.stop(f"server unreachable: {type(exc).__name__} {exc}".strip())
+        except httpx.HTTPStatusError as exc:  # it does not speak lockstep
+            self.stop(f"lockstep with the simulator failed: {exc}")
         finally:
             for task in self._tasks:
                 task.cancel()

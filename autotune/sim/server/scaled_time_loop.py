@@ -143,9 +143,7 @@ class EngineRunner:
             return
         self.lockstep.hold()
         self.lockstep = None
-        for stream, queued in sorted(self._arrivals, key=_arrival_order):
-            self._admit(stream, queued)
-        self._arrivals.clear()
+        self._admit_arrivals()
         self._reanchor()
         self._wake.set()
 
@@ -178,6 +176,14 @@ class EngineRunner:
             lock.registered += 1
             lock.ended += int(ended)
             self._wake.set()
+
+    def _admit_arrivals(self) -> None:
+        """The clocked requests that arrived, to the engine in the client's order (EOS draws
+        and request ids follow it, not the network's)."""
+        for stream, queued in sorted(self._arrivals, key=_arrival_order):
+            assert queued.clocked is not None
+            self._admit(stream, queued, queued.clocked.at_s)
+        self._arrivals.clear()
 
     def _reanchor(self) -> None:
         self._offset = self.core.clock_s - self._wall() * self.time_scale
@@ -218,8 +224,7 @@ class EngineRunner:
             arrival_s=0.0, clocked=clocked,
         )  # fmt: skip
         lock = self.lockstep
-        if clocked is not None and lock is not None:
-            # Admitted in the client's order once all it sent has arrived (EOS draws, ids).
+        if clocked is not None and lock is not None:  # admitted once all it sent arrived
             self.core.check_prompt(len(prompt_token_ids))
             self._arrivals.append((stream, queued))
             lock.registered += 1
@@ -231,10 +236,8 @@ class EngineRunner:
         self._wake.set()
         return stream
 
-    def _admit(self, stream: RequestStream, queued: _Queued, now_s: float | None = None) -> None:
-        """Hand one request to the engine, arriving at ``now_s`` (clocked: when it was sent)."""
-        if now_s is None:
-            now_s = queued.clocked.at_s if queued.clocked is not None else self.virtual_now()
+    def _admit(self, stream: RequestStream, queued: _Queued, now_s: float) -> None:
+        """Hand one request to the engine, arriving at modelled ``now_s``."""
         stop_at = None
         if not queued.ignore_eos and self._eos_rng.random() < EARLY_STOP_PROBABILITY:
             stop_at = self._eos_rng.randint(max(1, queued.min_tokens), queued.max_tokens)
@@ -293,9 +296,7 @@ class EngineRunner:
         if not lock.all_arrived:
             await self._idle()
             return False
-        for stream, queued in sorted(self._arrivals, key=_arrival_order):
-            self._admit(stream, queued)
-        self._arrivals.clear()
+        self._admit_arrivals()
         busy = self.core.has_unfinished()
         if lock.must_hold(self.core.clock_s, busy):
             lock.hold()
