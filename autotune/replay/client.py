@@ -81,8 +81,8 @@ class _StreamFault(Exception):
 class _Stream:
     """What a stream has said so far."""
 
-    chunk_times: list[float] = field(default_factory=list)  # perf_counter of content events
-    end: float | None = None  # perf_counter of the last data event
+    chunk_times: list[float] = field(default_factory=list)  # content events: perf_counter or date
+    end: float | None = None  # the last data event: perf_counter, or its date in lockstep
     stamp: float | None = None  # clocked: the date of the events being read (modelled)
     end_order: int | None = None  # clocked: its place among the simulator's ends
     finished: bool = False  # saw [DONE] / message_stop

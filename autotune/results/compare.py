@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 from rich.table import Table
@@ -197,7 +196,7 @@ def sim_config(config: TrialConfig, gpu: str) -> SimConfig:
 def study_plan(loaded: LoadedStudy) -> tuple[WorkloadPlan, LoadSpec]:
     """The study's own workload and load, checked against the stored digest."""
     workload = loaded.info.workload
-    path = Path(str(workload.get("path", "")))
+    path = loaded.stored_file(str(workload.get("path", "")), "workload")
     if not path.is_file():
         raise InputError(f"study {loaded.name!r}: workload file {path} is gone")
     plan = load_plan(path)

@@ -153,6 +153,16 @@ class LoadedStudy:
         head, *rest = words
         return shlex.join(["autotune", head, *where, "--study", self.name, *rest])
 
+    def stored_file(self, path: str, option: str) -> Path:
+        """A file the study names (its workload, its space) as `autotune run` was given it,
+        relative to where it ran; when that is not found from here, the absolute path the
+        run's options kept under ``option``."""
+        given = Path(path)
+        if given.is_file() or given.is_absolute():
+            return given
+        kept = (self.study.user_attrs.get("run_options") or {}).get(option)
+        return Path(kept) if kept and Path(kept).is_file() else given
+
     def trial(self, number: int) -> TrialRow:
         """The trial with this number; ``InputError`` when there is none."""
         try:

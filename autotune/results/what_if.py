@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from autotune.config.space import FloatParam, SearchSpace, load_space
@@ -61,9 +60,9 @@ def study_space(loaded: LoadedStudy) -> SearchSpace:
     Raises InputError when the study stored none, the file is gone or it changed.
     """
     stored = loaded.info.space
-    path = Path(str(stored.get("path", "")))
     if not stored.get("path"):
         raise InputError(f"study {loaded.name!r} stored no search space: cannot tune it anew")
+    path = loaded.stored_file(str(stored["path"]), "space")
     if not path.is_file():
         raise InputError(f"study {loaded.name!r}: search space {path} is gone")
     space = load_space(path)

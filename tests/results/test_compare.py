@@ -13,6 +13,7 @@ from autotune.results.compare import (
     comparison_table,
     parse_prices,
     price_for,
+    study_plan,
     what_if_rows,
 )
 from autotune.results.reader import load_study
@@ -118,3 +119,20 @@ def test_a_study_without_a_feasible_trial_still_gets_a_column(storage_url: str) 
     assert rows[1].trial is None
     assert rows[1].best_config == "(no feasible trial yet)"
     assert rows[1].source == "measured: 0 trials, none feasible"
+
+
+def test_a_study_run_elsewhere_finds_its_workload_through_its_run_options(
+    storage_url: str,
+) -> None:
+    """`autotune run --workload sample.jsonl` stores the path as given (relative to where
+    it ran); compare, run from elsewhere, takes the absolute one the run options kept."""
+    build_study(storage_url, "a")
+    on_the_catalog_gpu(storage_url, "a")
+    study = optuna.load_study(study_name="a", storage=storage_url)
+    workload = study.user_attrs["workload"]
+    study.set_user_attr("workload", {**workload, "path": "elsewhere/sample-claudecode.jsonl"})
+    with pytest.raises(InputError, match="is gone"):
+        study_plan(load_study(storage_url, "a"))
+    study.set_user_attr("run_options", {"workload": workload["path"]})
+    plan, _ = study_plan(load_study(storage_url, "a"))
+    assert plan.digest == workload["digest"]
