@@ -36,9 +36,9 @@ import httpx
 import numpy as np
 
 from autotune.errors import ReplayError, ServerNotAnswering
+from autotune.replay.lockstep_wire import AT_HEADER, SEQ_HEADER, STAMP_PREFIX, read_stamp
 from autotune.replay.payloads import ENDPOINT_PATHS, request_body, request_headers
 from autotune.replay.records import RequestError, RequestRecord
-from autotune.sim.server.lockstep import AT_HEADER, SEQ_HEADER, STAMP_PREFIX, read_stamp
 from autotune.workload.plan import PlannedRequest
 
 # A TCP connect to a live host completes in milliseconds, even when the server process

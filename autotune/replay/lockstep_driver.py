@@ -35,9 +35,8 @@ import numpy as np
 from autotune.replay.client import STREAM_TIMEOUT, RequestOutcome
 from autotune.replay.http_driver import HttpDriver
 from autotune.replay.load_policy import Send
+from autotune.replay.lockstep_wire import LOCKSTEP_PATH
 from autotune.replay.records import RequestError, RequestRecord
-
-LOCKSTEP_PATH = "/autotune/lockstep"
 
 
 @dataclass(eq=False)

@@ -2,7 +2,7 @@
 
 ``--what-if GPU`` adds the simulator's prediction for GPUs the user does not
 own: the study's space is tuned anew for that GPU on the simulator (its KV range
-scaled to the card, the guided tuner's warm start; ``tuner/what_if.py``) and the config
+scaled to the card, the guided tuner's warm start; ``results/what_if.py``) and the config
 it picks is shown beside its figures. Each figure is scaled by measured/predicted
 of the study's best config on its own GPU, so the simulator's bias on this workload
 cancels out. On the study's own GPU the what-if is the measured best, predicted.

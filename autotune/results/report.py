@@ -30,7 +30,7 @@ from optuna.visualization import (
     plot_slice,
 )
 
-from autotune.cli.progress import launched_value
+from autotune.config.trial_config import launched_value
 from autotune.errors import InputError
 from autotune.results.compare import catalog_gpu, sim_config, study_plan
 from autotune.results.explain import (

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from autotune.results.reader import load_study
-from tests.e2e.conftest import REPO, SAMPLE_WORKLOAD, autotune_argv, autotune_in_process
+from tests.e2e.conftest import REPO, SAMPLE_WORKLOAD, autotune_argv, autotune_in_process, tuner_args
 
 SPACE = REPO / "tests" / "results" / "data" / "what-if.yaml"  # KV 6-13 GiB on a 32 GB card
 
@@ -33,8 +33,9 @@ def test_what_if_tunes_the_space_for_the_other_gpu_and_shows_the_config_it_picke
     args = [
         "run", "--workload", str(SAMPLE_WORKLOAD), "--engine", "sim",
         "--hardware", "rtx4080s-32g", "--model", "qwen3.6-27b-awq", "--space", str(SPACE),
-        "--storage", storage, "--study", "s", "--trials", "3", "--seed", "1",
-        "--time-scale", "200", "--max-requests", "24",
+        "--storage", storage, "--study", "s", "--trials", "3",
+        *tuner_args(tmp_path / "settings", {"seed": 1, "load": {"max_requests": 24},
+                                            "simulator": {"time_scale": 200}}),
     ]  # fmt: skip
     done = subprocess.run(
         autotune_argv(*args), cwd=tmp_path, capture_output=True, text=True, timeout=240

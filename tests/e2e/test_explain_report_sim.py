@@ -11,19 +11,22 @@ import pytest
 
 from autotune.results.reader import load_study
 from autotune.results.report import report_figures
-from tests.e2e.conftest import REPO, SAMPLE_WORKLOAD, autotune_argv, autotune_in_process
+from tests.e2e.conftest import REPO, SAMPLE_WORKLOAD, autotune_argv, autotune_in_process, tuner_args
 
 LMCACHE_SPACE = REPO / "tests" / "e2e" / "data" / "refine-longctx.yaml"  # 3 GiB KV, LMCache
 DEDUP_SPACE = REPO / "tests" / "e2e" / "data" / "tuner-dedup.yaml"  # 2N-1 batched tokens
 
 
-def run(tmp_path: Path, space: Path, *extra: str, sampler: str = "grid") -> str:
+def run(
+    tmp_path: Path, space: Path, *extra: str, sampler: str = "grid", settings: dict | None = None
+) -> str:
     storage = f"sqlite:///{tmp_path / 'autotune.db'}"
     args = [
         "run", "--workload", str(SAMPLE_WORKLOAD), "--engine", "sim",
         "--hardware", "rtx4080s-32g", "--model", "qwen3.6-27b-awq", "--space", str(space),
-        "--storage", storage, "--study", "s", "--sampler", sampler, "--seed", "1",
-        "--confirm", "0", "--time-scale", "200", *extra,
+        "--storage", storage, "--study", "s", "--sampler", sampler, *extra,
+        *tuner_args(tmp_path / "settings", {"seed": 1, "confirm": 0,
+                                            "simulator": {"time_scale": 200}}, settings or {}),
     ]  # fmt: skip
     done = subprocess.run(
         autotune_argv(*args), cwd=tmp_path, capture_output=True, text=True, timeout=200
@@ -38,8 +41,8 @@ def test_explain_gives_the_prefix_cache_s_two_tiers_as_shares_that_add_up(tmp_pa
     rate is over the tokens the GPU missed, so the two added up to 105%. (The space's
     baseline, its 3 GiB pool too small for eight sessions' prefixes: both tiers serve.)"""
     storage = run(
-        tmp_path, LMCACHE_SPACE, "--trials", "1", "--concurrency", "8", "--warm-start", "0",
-        sampler="guided",
+        tmp_path, LMCACHE_SPACE, "--trials", "1", "--concurrency", "8",
+        sampler="guided", settings={"warm_start": 0},
     )  # fmt: skip
     stats = load_study(storage, "s").trials[0].server_stats
     assert stats is not None and stats.external_prefix_cache_hits  # both tiers served some
@@ -65,8 +68,8 @@ def test_the_report_s_slice_plot_places_trials_at_the_batched_tokens_they_launch
 ) -> None:
     """Before: a trial whose 2N-1 rule launched 1,599 batched tokens sat at its searched 8,192."""
     storage = run(
-        tmp_path, DEDUP_SPACE, "--trials", "6", "--no-dedup", "--max-requests", "8",
-        "--concurrency", "4",
+        tmp_path, DEDUP_SPACE, "--trials", "6", "--concurrency", "4",
+        settings={"dedup": False, "load": {"max_requests": 8}},
     )  # fmt: skip
     loaded = load_study(storage, "s")
     measured = [row for row in loaded.feasible_measured() if row.values]

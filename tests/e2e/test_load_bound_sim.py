@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import REPO, autotune_argv, autotune_in_process
+from tests.e2e.conftest import REPO, autotune_argv, autotune_in_process, tuner_args
 
 SPACE = REPO / "tests" / "results" / "data" / "what-if.yaml"  # KV pool, KV dtype, batch width
 
@@ -35,8 +35,9 @@ def test_a_load_bound_study_says_its_configs_tie_and_how_to_give_them_load(
     args = [
         "run", "--workload", str(workload), "--engine", "sim", "--hardware", "rtx4080s-32g",
         "--model", "qwen3.6-27b-awq", "--space", str(SPACE), "--storage", storage,
-        "--study", "s", "--trials", "4", "--sampler", "random", "--seed", "1",
-        "--time-scale", "400", "--timing-scale", "0.01", "--max-gap", "300s",
+        "--study", "s", "--trials", "4", "--sampler", "random",
+        *tuner_args(tmp_path / "settings", {"seed": 1, "simulator": {"time_scale": 400},
+                                            "load": {"timing_scale": 0.01, "max_gap_s": 300.0}}),
     ]  # fmt: skip
     done = subprocess.run(
         autotune_argv(*args), cwd=tmp_path, capture_output=True, text=True, timeout=220

@@ -22,7 +22,7 @@ from optuna.trial import TrialState
 
 from autotune.trial.record import TrialRecord
 from autotune.tuner.record import TunerStudyRecord
-from tests.e2e.conftest import REPO, SAMPLE_WORKLOAD, autotune_argv
+from tests.e2e.conftest import REPO, SAMPLE_WORKLOAD, autotune_argv, tuner_args
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(600)]
 
@@ -61,8 +61,7 @@ def run_study(tmp_path: Path, name: str) -> dict[str, object]:
         "--storage", f"sqlite:///{db}",
         "--study", name,
         "--trials", "6",
-        "--seed", "1",
-        "--max-requests", "24",
+        *tuner_args(tmp_path / "settings", {"seed": 1, "load": {"max_requests": 24}}),
     ]  # fmt: skip
     done = subprocess.run(
         autotune_argv(*args), cwd=tmp_path, capture_output=True, text=True, timeout=280

@@ -16,8 +16,8 @@ import httpx
 import pytest
 
 from autotune.engines.vllm_log import parse_engine_stats
+from autotune.replay.lockstep_wire import AT_HEADER, SEQ_HEADER, read_stamp
 from autotune.sim.server.flags import parse_serve_args
-from autotune.sim.server.lockstep import AT_HEADER, SEQ_HEADER, read_stamp
 from autotune.sim.server.logs import VllmLog
 from autotune.sim.server.server import build_api
 from autotune.sim.server.stats_log import StatsLogger

@@ -21,11 +21,12 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from autotune.errors import InputError
+from autotune.replay.lockstep_wire import AT_HEADER, LOCKSTEP_PATH, SEQ_HEADER
 from autotune.sim.model.prompt import PromptRenderer
 from autotune.sim.server import responses as shapes
 from autotune.sim.server.faults import FaultInjector
 from autotune.sim.server.flags import ServeArgs
-from autotune.sim.server.lockstep import AT_HEADER, SEQ_HEADER, ClockedArrival
+from autotune.sim.server.lockstep import ClockedArrival
 from autotune.sim.server.metrics_export import CONTENT_TYPE, VllmMetrics
 from autotune.sim.server.scaled_time_loop import EngineDeadError, EngineRunner
 from autotune.sim.server.sse import SseResponse, StreamWriter, wait_disconnect
@@ -104,8 +105,8 @@ class SimApi:
             Route("/v1/messages", self.messages, methods=["POST"]),
             Route("/v1/messages/count_tokens", self.count_tokens, methods=["POST"]),
             Route("/tokenize", self.tokenize, methods=["POST"]),
-            Route("/autotune/lockstep", self.lockstep, methods=["POST", "DELETE"]),
-            Route("/autotune/lockstep/advance", self.lockstep_advance, methods=["POST"]),
+            Route(LOCKSTEP_PATH, self.lockstep, methods=["POST", "DELETE"]),
+            Route(f"{LOCKSTEP_PATH}/advance", self.lockstep_advance, methods=["POST"]),
         ]
         if self.args.dev_mode:
             routes.append(Route("/reset_prefix_cache", self.reset_prefix_cache, methods=["POST"]))

@@ -17,9 +17,9 @@ from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
+from autotune.replay.lockstep_wire import stamp_line
 from autotune.sim.server import responses as shapes
 from autotune.sim.server.faults import FaultInjector
-from autotune.sim.server.lockstep import stamp_line
 from autotune.sim.server.scaled_time_loop import EngineDeadError, RequestStream
 
 SSE_HEADERS = [
