@@ -37,6 +37,9 @@ class SimRequest:
     ignore_eos: bool = True
     cache_salt: str | None = None
     arrival_s: float = 0.0  # informational: the engine schedules what it has been given
+    # The prompt's chained hashes per cache unit size (``block_hashes`` with this salt),
+    # from a caller that keeps them between engines (the predictor); None: computed here.
+    prefix_hashes: Callable[[int], list[int]] | None = None
 
 
 @dataclass(slots=True, eq=False)  # identity: the scheduler compares states by object
@@ -152,9 +155,12 @@ class KvCacheManager:
     def lookup(self, state: RequestState) -> tuple[int, int]:
         """(local, external) cache units a waiting request can skip; pins the local ones."""
         if state.hashes is None and (self.caching or self._host is not None):
-            state.hashes = block_hashes(
-                state.token_ids, self.unit_tokens, salt=state.request.cache_salt
-            )
+            request = state.request
+            if request.prefix_hashes is not None:
+                state.hashes = request.prefix_hashes(self.unit_tokens)
+            else:
+                salt = request.cache_salt
+                state.hashes = block_hashes(state.token_ids, self.unit_tokens, salt=salt)
         hashes = state.hashes or []
         max_hit = (state.num_known - 1) // self.unit_tokens  # one token is always computed
         candidates = hashes[: min(max_hit, len(hashes))]
@@ -202,6 +208,26 @@ class KvCacheManager:
             positions = -(-(state.num_computed + num_tokens) // self.block_size)
             needed += max(0, positions - state.num_positions) * self._groups
         return needed <= self._total_blocks - self.used_blocks()
+
+    def decode_steps_that_fit(
+        self, running: Sequence[RequestState], before: np.ndarray, num_tokens: int
+    ) -> int:
+        """How many of the coming decode steps can each give every request ``num_tokens``
+        more without evicting (``before``: each request's context before each step, a row
+        per step), as ``fits_decode`` then ``grow`` step after step decide."""
+        held = np.fromiter((s.num_positions for s in running), np.int64, len(running))
+        needed = -(-(before + num_tokens) // self.block_size)  # positions each step needs
+        held_before = np.maximum(held, np.vstack([held[np.newaxis], needed[:-1]]))
+        grown = (needed - held_before).clip(min=0).sum(axis=1) * self._groups
+        free = self._total_blocks - self.used_blocks()
+        return int(np.searchsorted(np.cumsum(grown), free, side="right"))
+
+    def grow_decode(self, running: Sequence[RequestState], num_tokens: np.ndarray) -> None:
+        """Hold blocks for ``num_tokens`` of context per request (checked to fit by
+        ``decode_steps_that_fit``)."""
+        for state, tokens in zip(running, num_tokens.tolist(), strict=True):
+            grown = self.grow(state, tokens)
+            assert grown, "decode_steps_that_fit said these blocks fit"
 
     def decode_tokens(self, running: Sequence[RequestState], count: int) -> None:
         """Every request decoded ``count`` tokens (checked to fit by steps_without_eviction)."""

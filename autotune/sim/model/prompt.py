@@ -16,7 +16,8 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from autotune.replay.payloads import render_prompt
-from autotune.workload.plan import Endpoint, Message
+from autotune.sim.model.prefix_cache import block_hashes
+from autotune.workload.plan import Endpoint, Message, PlannedRequest
 from autotune.workload.tokenizer import Tokenizer, WordTokenizer
 
 # Reserved ids above any text token id (WordTokenizer ids are < 2**31).
@@ -38,6 +39,9 @@ class PromptRenderer:
     def __init__(self, tokenizer: Tokenizer | None = None) -> None:
         self._tokenizer = tokenizer or WordTokenizer()
         self._message_ids: dict[tuple[str, str], np.ndarray] = {}
+        # A planned request's prompt and prefix hashes, by the request itself (its content).
+        self._planned_ids: dict[PlannedRequest, np.ndarray] = {}
+        self._planned_hashes: dict[tuple[PlannedRequest, int, str | None], list[int]] = {}
 
     def text_ids(self, text: str) -> list[int]:
         """Token ids of plain text (a completions prompt)."""
@@ -78,6 +82,27 @@ class PromptRenderer:
             turns = [(m.role, m.text) for m in messages if m.role != "system"]
             return self.chat_ids("\n\n".join(parts) or None, turns)
         return self.chat_ids(system, ((m.role, m.text) for m in messages))
+
+    def planned_array(self, request: PlannedRequest) -> np.ndarray:
+        """``render_array`` of a planned request, kept: the replays of one plan (the
+        predictor's, thousands of configs) render each request once. Read-only."""
+        ids = self._planned_ids.get(request)
+        if ids is None:
+            ids = self.render_array(request.system, request.messages, request.endpoint)
+            ids.flags.writeable = False
+            self._planned_ids[request] = ids
+        return ids
+
+    def planned_hashes(
+        self, request: PlannedRequest, unit_tokens: int, salt: str | None
+    ) -> list[int]:
+        """``block_hashes`` of ``planned_array(request)``, kept likewise. Read-only."""
+        key = (request, unit_tokens, salt)
+        hashes = self._planned_hashes.get(key)
+        if hashes is None:
+            hashes = block_hashes(self.planned_array(request), unit_tokens, salt=salt)
+            self._planned_hashes[key] = hashes
+        return hashes
 
     def render(
         self, system: str | None, messages: Sequence[Message], endpoint: Endpoint

@@ -22,9 +22,10 @@ acceptance).
 
 from __future__ import annotations
 
+import math
 import random
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,7 +43,13 @@ from autotune.sim.model.memory import MemoryReport, plan_memory, torch_oom_text
 from autotune.sim.model.models import get_model
 from autotune.sim.model.speed_constants import DEFAULT_CONSTANTS, SpeedConstants
 from autotune.sim.model.step_results import DecodeRun, EngineCounters, StepResult, TokenOutput
-from autotune.sim.model.timing import RooflineTimeModel, StepShape, StepTimeModel
+from autotune.sim.model.timing import (
+    DecodeSteps,
+    RooflineTimeModel,
+    StepShape,
+    StepTimeModel,
+    decode_times_s,
+)
 
 MIN_NOISE_FACTOR = 0.05  # a noisy step never takes less than 5% of its modelled time
 MAX_RUN_STEPS = 4096  # longest decode run computed at once by decode_run()
@@ -57,6 +64,10 @@ __all__ = [
     "StepResult",
     "TokenOutput",
 ]  # defined in kv_cache.py and step_results.py
+
+
+# A chunk of a decode run: (clock_s, until_s, most) -> (step ends, tokens per request, cut).
+_Chunk = Callable[[float, float, int], tuple[np.ndarray, np.ndarray, bool]]
 
 
 @dataclass(slots=True, eq=False)
@@ -267,8 +278,9 @@ class SimEngineCore:
         """``state``'s draws, at least up to ``depth`` positions past its next output."""
         uniforms, draw = state.uniforms, state.draw
         assert draw is not None
-        while len(uniforms) <= state.num_output + depth:
-            uniforms.append(draw())
+        missing = state.num_output + depth + 1 - len(uniforms)
+        if missing > 0:
+            uniforms.extend([draw() for _ in range(missing)])
         return uniforms
 
     # --------------------------------------------------------------------- step
@@ -406,97 +418,147 @@ class SimEngineCore:
         steps = self._kv.steps_without_eviction(running, steps)
         if steps < 2:
             return None
-        context = sum(state.num_computed for state in running)
-        ends: list[float] = []
-        clock_s = self.clock_s
-        for index in range(steps):
-            if clock_s >= until_s:
+        return self._decode_chunks(until_s, steps, self._plain_chunk)
+
+    def _decode_chunks(self, until_s: float, steps: int, chunk: _Chunk) -> DecodeRun | None:
+        """At most ``steps`` decode steps that start before ``until_s``, a chunk at a time:
+        ``chunk(clock_s, until_s, most)`` runs up to ``most`` of them from ``clock_s``."""
+        tokens = np.zeros(len(self._running), dtype=np.int64)
+        parts: list[np.ndarray] = []
+        clock_s, taken = self.clock_s, 0
+        while taken < steps and clock_s < until_s:
+            ends, chunk_tokens, cut = chunk(clock_s, until_s, steps - taken)
+            if len(ends):
+                parts.append(ends)
+                tokens += chunk_tokens
+                taken += len(ends)
+                clock_s = float(ends[-1])
+            if cut:
                 break
-            clock_s += self._noisy(
-                StepShape(
-                    num_seqs=num_seqs,
-                    num_prefill_tokens=0,
-                    num_decode_tokens=num_seqs,
-                    context_tokens=context + index * num_seqs,
-                    attention_pairs=context + index * num_seqs + num_seqs / 2,
-                )
-            )
-            ends.append(clock_s)
+        if not parts:
+            return None
+        return self._finish_run(np.concatenate(parts), tokens.tolist())
+
+    def _plain_chunk(
+        self, clock_s: float, until_s: float, most: int
+    ) -> tuple[np.ndarray, np.ndarray, bool]:
+        """Up to ``most`` decode steps without drafts (their blocks checked to fit by
+        ``steps_without_eviction``): their durations at once, then the books."""
+        running = self._running
+        num_seqs = len(running)
+        context = sum(state.num_computed for state in running)
+        count = min(most, self._steps_before(clock_s, until_s, num_seqs, 0, context))
+        contexts = context + np.arange(count, dtype=np.int64) * num_seqs
+        durations = decode_times_s(self._time_model, DecodeSteps(num_seqs, 0, contexts))
+        ends = self._step_ends(clock_s, durations, until_s)
         self._kv.decode_tokens(running, len(ends))
         self.counters.generation_tokens += len(ends) * num_seqs
-        return self._finish_run(ends, [len(ends)] * num_seqs)
+        return ends, np.full(num_seqs, len(ends), dtype=np.int64), len(ends) < count
 
     def _speculative_run(self, until_s: float, steps: int) -> DecodeRun | None:
         """``decode_run`` with MTP drafts: acceptance drawn per request and step, in order."""
+        return self._decode_chunks(until_s, steps, self._speculative_chunk)
+
+    def _speculative_chunk(
+        self, clock_s: float, until_s: float, most: int
+    ) -> tuple[np.ndarray, np.ndarray, bool]:
+        """Up to ``most`` MTP decode steps: each request's accepted drafts first (they do
+        not depend on time), then how many steps can grow their blocks without evicting,
+        then those steps' durations at once, then the books of the steps that ran."""
         running = self._running
         num_seqs, k = len(running), self._num_spec
         per_seq = 1 + k
-        block_size = self._kv.block_size
-        counters = self.counters
-        per_position = counters.spec_decode_accepted_per_pos
-        acceptance = self._acceptance[:k]
-        tokens = [0] * num_seqs
-        ends: list[float] = []
-        clock_s = self.clock_s
-        context = sum(state.num_computed for state in running)
+        computed = np.fromiter((state.num_computed for state in running), np.int64, num_seqs)
+        count = min(most, self._steps_before(clock_s, until_s, num_seqs, k, int(computed.sum())))
+        accepted = np.array([self._accepted_run(state, count) for state in running]).T
+        emitted = 1 + accepted  # rows: steps, columns: requests
+        before = computed + np.cumsum(emitted, axis=0) - emitted  # context before each step
+        fitting = self._kv.decode_steps_that_fit(running, before, per_seq)
+        if fitting == 0:
+            return np.zeros(0), np.zeros(num_seqs, dtype=np.int64), True
+        contexts = before[:fitting].sum(axis=1)
+        durations = decode_times_s(self._time_model, DecodeSteps(num_seqs, k, contexts))
+        ends = self._step_ends(clock_s, durations, until_s)
+        taken = len(ends)
+        done = emitted[:taken].sum(axis=0)
+        if taken:
+            self._kv.grow_decode(running, before[taken - 1] + per_seq)
+            for state, extra in zip(running, done.tolist(), strict=True):
+                state.num_computed += extra
+                state.num_output += extra
+            kept = accepted[:taken]
+            counters = self.counters
+            for position in range(k):
+                counters.spec_decode_accepted_per_pos[position] += int((kept > position).sum())
+            counters.spec_decode_num_drafts += num_seqs * taken
+            counters.spec_decode_num_draft_tokens += num_seqs * k * taken
+            counters.spec_decode_num_accepted_tokens += int(kept.sum())
+            counters.generation_tokens += int(done.sum())
+        return ends, done, taken < count
+
+    def _accepted_run(self, state: RequestState, steps: int) -> list[int]:
+        """The drafts ``state`` gets accepted in each of its next ``steps`` decode steps,
+        by the draws of the positions they would fill (as ``_accepted_drafts``)."""
+        acceptance = self._acceptance[: self._num_spec]
+        uniforms = self._uniforms(state, steps * (1 + self._num_spec) - 1)
+        position = state.num_output
+        accepted = []
         for _ in range(steps):
-            growing = [
-                state
-                for state in running
-                if state.num_computed + per_seq > state.num_positions * block_size
-            ]
-            if clock_s >= until_s or (growing and not self._kv.fits_decode(growing, per_seq)):
-                break
-            for state in growing:
-                self._kv.grow(state, state.num_computed + per_seq)
-            clock_s += self._noisy(
-                StepShape(
-                    num_seqs=num_seqs,
-                    num_prefill_tokens=0,
-                    num_decode_tokens=num_seqs * per_seq,
-                    context_tokens=context,
-                    attention_pairs=per_seq * (context + num_seqs * per_seq / 2),
-                    num_spec_seqs=num_seqs,
-                    num_draft_passes=k,
-                )
-            )
-            for index, state in enumerate(running):
-                uniforms = self._uniforms(state, k)
-                position = state.num_output
-                accepted = 0
-                for probability in acceptance:
-                    position += 1
-                    if uniforms[position] >= probability:
-                        break
-                    per_position[accepted] += 1
-                    accepted += 1
-                state.num_computed += 1 + accepted
-                state.num_output += 1 + accepted
-                tokens[index] += 1 + accepted
-                context += 1 + accepted
-            ends.append(clock_s)
-        if not ends:
-            return None
-        emitted = sum(tokens)
-        counters.spec_decode_num_drafts += num_seqs * len(ends)
-        counters.spec_decode_num_draft_tokens += num_seqs * k * len(ends)
-        counters.spec_decode_num_accepted_tokens += emitted - num_seqs * len(ends)
-        counters.generation_tokens += emitted
-        return self._finish_run(ends, tokens)
+            count = 0
+            for depth, probability in enumerate(acceptance, start=1):
+                if uniforms[position + depth] >= probability:
+                    break
+                count += 1
+            accepted.append(count)
+            position += 1 + count
+        return accepted
+
+    def _steps_before(
+        self, clock_s: float, until_s: float, num_seqs: int, num_drafts: int, context: int
+    ) -> int:
+        """At least one, and no fewer than the decode steps of this batch that start
+        before ``until_s`` when no step is shorter than the first (the roofline's grow
+        with the context): how many a chunk computes."""
+        if not math.isfinite(until_s):
+            return MAX_RUN_STEPS
+        first = DecodeSteps(num_seqs, num_drafts, np.array([context], dtype=np.int64))
+        first_s = self._time_model.step_time_s(first.shape(0))
+        if first_s <= 0:
+            return MAX_RUN_STEPS
+        return max(1, min(MAX_RUN_STEPS, math.ceil((until_s - clock_s) / first_s) + 1))
+
+    def _step_ends(self, clock_s: float, durations: np.ndarray, until_s: float) -> np.ndarray:
+        """The clock at the end of each step (of ``durations``) that starts before
+        ``until_s``, as step-by-step ``step()`` calls advance it from ``clock_s``; with
+        noise, each step's factor is drawn as its step runs."""
+        if self._noise > 0:
+            ends = []
+            for duration_s in durations.tolist():
+                if clock_s >= until_s:
+                    break
+                clock_s += duration_s * self._noise_factor()
+                ends.append(clock_s)
+            return np.array(ends, dtype=np.float64)
+        # A running sum from the clock, not the clock plus a sum: the same roundings.
+        ends = np.cumsum(np.concatenate(([clock_s], durations)))[1:]
+        return ends[: min(len(ends), int(np.searchsorted(ends, until_s)) + 1)]
 
     def _noisy(self, shape: StepShape) -> float:
         duration_s = self._time_model.step_time_s(shape)
         if self._noise > 0:
-            duration_s *= max(MIN_NOISE_FACTOR, 1.0 + self._noise * self._rng.gauss(0.0, 1.0))
+            duration_s *= self._noise_factor()
         return duration_s
 
-    def _finish_run(self, ends: list[float], tokens: list[int]) -> DecodeRun:
+    def _noise_factor(self) -> float:
+        return max(MIN_NOISE_FACTOR, 1.0 + self._noise * self._rng.gauss(0.0, 1.0))
+
+    def _finish_run(self, ends: np.ndarray, tokens: list[int]) -> DecodeRun:
         start_s = self.clock_s
-        self.clock_s = ends[-1]
+        self.clock_s = float(ends[-1])
         self._update_gauges()
         return DecodeRun(
             start_s=start_s,
-            step_end_s=np.array(ends),
+            step_end_s=ends,
             request_ids=[state.request.request_id for state in self._running],
             tokens=tokens,
         )

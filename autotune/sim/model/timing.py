@@ -23,6 +23,8 @@ import bisect
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
+
 from autotune.sim.model.hardware import GpuSpec
 from autotune.sim.model.memory import MemoryReport
 from autotune.sim.model.models import ModelSpec
@@ -51,10 +53,44 @@ class StepShape:
         return self.num_prefill_tokens + self.num_decode_tokens
 
 
+@dataclass(frozen=True)
+class DecodeSteps:
+    """Consecutive plain decode steps of one batch: every sequence computes one token
+    plus ``num_drafts`` drafts; only the context grows from one step to the next."""
+
+    num_seqs: int
+    num_drafts: int  # MTP drafts per sequence and step (0: no speculation)
+    context_tokens: np.ndarray  # int64: the batch's context before each step
+
+    def shape(self, index: int) -> StepShape:
+        """Step ``index`` as the scheduler's ``step()`` describes it."""
+        per_seq = 1 + self.num_drafts
+        context = int(self.context_tokens[index])
+        return StepShape(
+            num_seqs=self.num_seqs,
+            num_prefill_tokens=0,
+            num_decode_tokens=self.num_seqs * per_seq,
+            context_tokens=context,
+            attention_pairs=per_seq * (context + self.num_seqs * per_seq / 2),
+            num_spec_seqs=self.num_seqs if self.num_drafts else 0,
+            num_draft_passes=self.num_drafts,
+        )
+
+
 class StepTimeModel(Protocol):
     """Anything that turns a step into seconds of modelled GPU time."""
 
     def step_time_s(self, shape: StepShape) -> float: ...
+
+
+def decode_times_s(model: StepTimeModel, steps: DecodeSteps) -> np.ndarray:
+    """Each step's duration: the model's own batch form when it has one (the same
+    floats), else ``step_time_s`` step by step."""
+    batch = getattr(model, "decode_times_s", None)
+    if batch is not None:
+        return batch(steps)
+    count = len(steps.context_tokens)
+    return np.array([model.step_time_s(steps.shape(i)) for i in range(count)], dtype=np.float64)
 
 
 class RooflineTimeModel:
@@ -157,3 +193,43 @@ class RooflineTimeModel:
         # The host's output stage runs beside the engine: the slower of the two sets the pace.
         emitting = shape.num_seqs if shape.num_output_seqs is None else shape.num_output_seqs
         return max(time_s, constants.host_per_output_s * emitting)
+
+    def decode_times_s(self, steps: DecodeSteps) -> np.ndarray:
+        """``step_time_s`` of every step of ``steps`` at once, bit for bit: the same
+        operations in the same order, on arrays over the steps (only the context differs
+        between them, so every other term is computed once)."""
+        memory, constants = self._memory, self._constants
+        shape = steps.shape(0)
+        num_tokens = shape.num_tokens
+        tokens, overhead_s = self._padded_tokens(num_tokens, False)
+        state_writes = 1 + (memory.num_speculative_tokens if shape.num_spec_seqs else 0)
+        context = steps.context_tokens
+        bytes_moved = (
+            self._weight_stream_bytes
+            + (context + num_tokens) * memory.attention_bytes_per_token
+            + shape.num_seqs * memory.state_bytes_per_request * (1 + state_writes)
+        )
+        per_seq = 1 + steps.num_drafts
+        pairs = per_seq * (context + steps.num_seqs * per_seq / 2)
+        flops = (
+            2 * self._body_params * tokens
+            + 2 * self._lm_head_params * num_tokens
+            + self._attn_flops_per_pair * pairs
+            + self._linear_flops_per_token * tokens
+        )
+        memory_s = bytes_moved / self._bandwidth
+        compute_s = self._compute_s(flops, 0 / max(1, num_tokens))
+        time_s = np.maximum(memory_s, compute_s) + constants.overlap_penalty * np.minimum(
+            memory_s, compute_s
+        )
+        time_s += overhead_s + constants.per_seq_overhead_s * shape.num_seqs
+        if shape.num_draft_passes:
+            draft_bytes = self._model.mtp_draft_read_bytes
+            draft_memory_s = draft_bytes / self._bandwidth
+            draft_compute_s = self._compute_s(draft_bytes * shape.num_spec_seqs)
+            time_s += shape.num_draft_passes * (
+                max(draft_memory_s, draft_compute_s)
+                + constants.draft_pass_overhead_s
+                + constants.spec_per_seq_overhead_s * shape.num_spec_seqs
+            )
+        return np.maximum(time_s, constants.host_per_output_s * shape.num_seqs)

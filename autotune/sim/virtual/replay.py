@@ -10,6 +10,7 @@ policy's progress reports (``progress``), as the HTTP replay hands them out.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import math
@@ -92,7 +93,7 @@ class VirtualReplay:
 
     def _send(self, send: Send, now_s: float) -> None:
         planned = send.request
-        token_ids = self.renderer.render_array(planned.system, planned.messages, planned.endpoint)
+        token_ids = self.renderer.planned_array(planned)
         engine_id = f"{send.record_id}@{next(self._ids)}"
         flight = _Flight(send, now_s)
         if planned.exact_output:
@@ -109,6 +110,9 @@ class VirtualReplay:
                     ignore_eos=planned.exact_output,
                     cache_salt=send.salt,
                     arrival_s=now_s,
+                    prefix_hashes=functools.partial(
+                        self.renderer.planned_hashes, planned, salt=send.salt
+                    ),
                 )
             )
         except InputError as exc:  # the server answers 400 at once
