@@ -273,7 +273,7 @@ def test_decode_runs_equal_step_by_step(mtp: int) -> None:
 
     fast = drive(True)
     slow = drive(False)
-    assert fast[0] == pytest.approx(slow[0], rel=1e-9)
+    assert fast[0] == slow[0]  # the same floats: a run adds its steps as step() does
     assert fast[1] == slow[1] == {f"r{index}": 50 + 9 * index for index in range(6)}
     assert fast[2] == slow[2]
 

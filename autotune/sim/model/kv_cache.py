@@ -210,22 +210,35 @@ class KvCacheManager:
         return needed <= self._total_blocks - self.used_blocks()
 
     def decode_steps_that_fit(
-        self, running: Sequence[RequestState], before: np.ndarray, num_tokens: int
+        self, running: Sequence[RequestState], before: Sequence[Sequence[int]], num_tokens: int
     ) -> int:
         """How many of the coming decode steps can each give every request ``num_tokens``
-        more without evicting (``before``: each request's context before each step, a row
-        per step), as ``fits_decode`` then ``grow`` step after step decide."""
-        held = np.fromiter((s.num_positions for s in running), np.int64, len(running))
-        needed = -(-(before + num_tokens) // self.block_size)  # positions each step needs
-        held_before = np.maximum(held, np.vstack([held[np.newaxis], needed[:-1]]))
-        grown = (needed - held_before).clip(min=0).sum(axis=1) * self._groups
-        free = self._total_blocks - self.used_blocks()
-        return int(np.searchsorted(np.cumsum(grown), free, side="right"))
+        more without evicting (``before``: each request's context before each step), as
+        ``fits_decode`` then ``grow`` step after step decide."""
+        block_size = self.block_size
+        free = (self._total_blocks - self.used_blocks()) // self._groups  # in positions
+        held = [state.num_positions for state in running]
+        last = sum(
+            max(0, -(-(tokens[-1] + num_tokens) // block_size) - positions)
+            for tokens, positions in zip(before, held, strict=True)
+        )
+        if last <= free:  # the blocks only grow: if the last step fits, every step does
+            return len(before[0]) if before else 0
+        grown = 0
+        for step, contexts in enumerate(zip(*before, strict=True)):
+            for index, tokens in enumerate(contexts):
+                needed = -(-(tokens + num_tokens) // block_size)
+                if needed > held[index]:
+                    grown += needed - held[index]
+                    held[index] = needed
+            if grown > free:
+                return step
+        return len(before[0])
 
-    def grow_decode(self, running: Sequence[RequestState], num_tokens: np.ndarray) -> None:
+    def grow_decode(self, running: Sequence[RequestState], num_tokens: Sequence[int]) -> None:
         """Hold blocks for ``num_tokens`` of context per request (checked to fit by
         ``decode_steps_that_fit``)."""
-        for state, tokens in zip(running, num_tokens.tolist(), strict=True):
+        for state, tokens in zip(running, num_tokens, strict=True):
             grown = self.grow(state, tokens)
             assert grown, "decode_steps_that_fit said these blocks fit"
 

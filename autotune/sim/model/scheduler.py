@@ -22,9 +22,10 @@ acceptance).
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -468,33 +469,40 @@ class SimEngineCore:
         running = self._running
         num_seqs, k = len(running), self._num_spec
         per_seq = 1 + k
-        computed = np.fromiter((state.num_computed for state in running), np.int64, num_seqs)
-        count = min(most, self._steps_before(clock_s, until_s, num_seqs, k, int(computed.sum())))
-        accepted = np.array([self._accepted_run(state, count) for state in running]).T
-        emitted = 1 + accepted  # rows: steps, columns: requests
-        before = computed + np.cumsum(emitted, axis=0) - emitted  # context before each step
+        context = sum(state.num_computed for state in running)
+        count = min(most, self._steps_before(clock_s, until_s, num_seqs, k, context))
+        accepted = [self._accepted_run(state, count) for state in running]
+        # Each request's context before each step.
+        before = [
+            list(itertools.accumulate((1 + a for a in drafts[:-1]), initial=state.num_computed))
+            for state, drafts in zip(running, accepted, strict=True)
+        ]
         fitting = self._kv.decode_steps_that_fit(running, before, per_seq)
         if fitting == 0:
             return np.zeros(0), np.zeros(num_seqs, dtype=np.int64), True
-        contexts = before[:fitting].sum(axis=1)
+        steps = zip(*before, strict=True)
+        contexts = np.array([sum(step) for step in steps][:fitting], dtype=np.int64)
         durations = decode_times_s(self._time_model, DecodeSteps(num_seqs, k, contexts))
         ends = self._step_ends(clock_s, durations, until_s)
         taken = len(ends)
-        done = emitted[:taken].sum(axis=0)
+        done = [taken + sum(drafts[:taken]) for drafts in accepted]
         if taken:
-            self._kv.grow_decode(running, before[taken - 1] + per_seq)
-            for state, extra in zip(running, done.tolist(), strict=True):
+            self._kv.grow_decode(running, [tokens[taken - 1] + per_seq for tokens in before])
+            for state, extra in zip(running, done, strict=True):
                 state.num_computed += extra
                 state.num_output += extra
-            kept = accepted[:taken]
             counters = self.counters
+            depths = Counter(a for drafts in accepted for a in drafts[:taken])
             for position in range(k):
-                counters.spec_decode_accepted_per_pos[position] += int((kept > position).sum())
+                counters.spec_decode_accepted_per_pos[position] += sum(
+                    n for depth, n in depths.items() if depth > position
+                )
+            emitted = sum(done)
             counters.spec_decode_num_drafts += num_seqs * taken
             counters.spec_decode_num_draft_tokens += num_seqs * k * taken
-            counters.spec_decode_num_accepted_tokens += int(kept.sum())
-            counters.generation_tokens += int(done.sum())
-        return ends, done, taken < count
+            counters.spec_decode_num_accepted_tokens += emitted - num_seqs * taken
+            counters.generation_tokens += emitted
+        return ends, np.array(done, dtype=np.int64), taken < count
 
     def _accepted_run(self, state: RequestState, steps: int) -> list[int]:
         """The drafts ``state`` gets accepted in each of its next ``steps`` decode steps,
