@@ -22,6 +22,8 @@ from autotune.study.storage import (
 )
 from autotune.study.verdict import VERDICT_ATTR, SameFailureWatch
 from autotune.trial.record import TrialRecord, outcome_text
+from autotune.tuner.guide import PredictionCache
+from autotune.tuner.prediction_cache import CachedPredictions, default_cache_path, read_stored
 from autotune.tuner.reach import out_of_reach
 from autotune.tuner.session import Tuner
 
@@ -37,13 +39,36 @@ def run_study(spec: StudySpec, *, observer: StudyObserver | None = None) -> optu
     storage = open_storage(spec.storage_url, heartbeat_interval_s=spec.heartbeat_interval_s)
     engine_version = spec.engine.version()
     check_resumable(spec, storage, engine_version)
-    tuner = make_tuner(spec, engine_version, say=observer.on_phase if observer else None)
+    cache = open_prediction_cache(spec, storage)
+    try:
+        return _run_study(spec, storage, engine_version, cache, observer)
+    finally:
+        if isinstance(cache, CachedPredictions):
+            cache.close()
+
+
+def _run_study(
+    spec: StudySpec,
+    storage: optuna.storages.BaseStorage,
+    engine_version: str,
+    cache: PredictionCache | None,
+    observer: StudyObserver | None,
+) -> optuna.Study:
+    say = observer.on_phase if observer else None
+    tuner = make_tuner(spec, engine_version, cache=cache, say=say)
+    if isinstance(cache, CachedPredictions):
+        cache.flush()
     if observer is not None and tuner.describe():
         observer.on_phase(tuner.describe() or "")
+        if isinstance(cache, CachedPredictions) and cache.problem:
+            observer.on_phase(cache.problem)
         unmet = out_of_reach(tuner.guide, spec.goal) if tuner.guide is not None else None
         if unmet:
             observer.on_phase(unmet)
     study = create_or_resume(spec, storage, engine_version, tuner)
+    if isinstance(cache, CachedPredictions) and tuner.guide is not None and not spec.join:
+        # Before any worker starts: they, and a resume, read the warm start from here.
+        cache.store(study, [candidate.key for candidate in tuner.guide.candidates])
     if spec.join:
         return _join(spec, study, engine_version, observer, tuner)
     if spec.run_options is not None:  # the latest run's options: what workers join with
@@ -148,8 +173,26 @@ def _stop_at_budget(n_trials: int) -> Callable[[optuna.Study, FrozenTrial], None
     return stop
 
 
+def open_prediction_cache(
+    spec: StudySpec, storage: optuna.storages.BaseStorage
+) -> PredictionCache | None:
+    """The run's prediction cache: the spec's own (a benchmark's), else, with a simulator
+    to predict by, what the study stores and the disk cache (``tuner.prediction_cache``)."""
+    if spec.prediction_cache is not None or spec.oracle is None:
+        return spec.prediction_cache
+    return CachedPredictions(
+        spec.oracle,
+        disk=default_cache_path(spec.storage_url),
+        stored=read_stored(storage, spec.name),
+    )
+
+
 def make_tuner(
-    spec: StudySpec, engine_version: str, *, say: Callable[[str], None] | None = None
+    spec: StudySpec,
+    engine_version: str,
+    *,
+    cache: PredictionCache | None = None,
+    say: Callable[[str], None] | None = None,
 ) -> Tuner:
     """The tuner of this run; it predicts the whole space when the sampler is guided."""
     return Tuner(
@@ -163,7 +206,7 @@ def make_tuner(
         guided=spec.sampler == "guided",
         n_trials=spec.n_trials,
         seed=spec.seed,
-        cache=spec.prediction_cache,
+        cache=spec.prediction_cache if cache is None else cache,
         say=say,
     )
 

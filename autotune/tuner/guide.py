@@ -23,6 +23,7 @@ import optuna
 from autotune.config.space import SearchSpace
 from autotune.trial.objective import Score
 from autotune.trial.run import Prescreen
+from autotune.tuner.forked import default_workers
 from autotune.tuner.lattice import Candidate, enumerate_effective
 from autotune.tuner.predictor import SimOracle, predict_iter
 
@@ -55,6 +56,7 @@ class Guide:
     scores: list[Score | None] | None = None
     unpredicted: np.ndarray | None = None  # True where the warm start's budget ran out first
     seconds: float = 0.0  # time spent enumerating and predicting
+    cached: int = 0  # predictions the cache already held (not predicted by this run)
     by_key: dict[str, int] = field(default_factory=dict)
     shortfall: np.ndarray = field(init=False)  # NaN where not predicted to run at all
 
@@ -191,39 +193,53 @@ def build_guide(
     maximize: bool,
     cache: PredictionCache | None = None,
     budget_s: float | None = None,
+    max_predictions: int | None = None,
     say: Callable[[str], None] | None = None,
 ) -> Guide:
     """Enumerate, pre-screen and predict the lattice (see the module docstring); ``say``
-    hears the phase, and predicting stops after ``budget_s`` seconds with what it has."""
+    hears the phase, and predicting stops after ``budget_s`` seconds or
+    ``max_predictions`` predictions (what the cache holds is free) with what it has."""
     started = time.monotonic()
     memo_key = (space.digest(), model, engine_version, id(prescreen))
     if memo_key not in _ENUMERATIONS:
         _ENUMERATIONS[memo_key] = [
             c
             for c in enumerate_effective(
-                space, model=model, engine_version=engine_version, prescreen=prescreen
+                space,
+                model=model,
+                engine_version=engine_version,
+                prescreen=prescreen,
+                workers=default_workers(),
             )
             if c.memory is None or c.memory.fits
         ]
     candidates = _ENUMERATIONS[memo_key]
     cache = {} if cache is None else cache
     missing = [c for c in candidates if c.key not in cache]
+    cached = len(candidates) - len(missing)
     say = say or (lambda _: None)
     if missing:
-        say(f"Warm start: predicting {len(missing):,} configs on the simulator ...")
-    stopped = _predict_within(oracle, missing, cache, budget_s, started)
+        say(
+            f"Warm start: predicting {len(missing):,} configs on the simulator"
+            + (f" ({cached:,} more from the prediction cache)" if cached else "")
+            + " ..."
+        )
+    stopped = _predict_within(oracle, missing, cache, budget_s, started, max_predictions)
     if missing:
         done = len(missing) - stopped
-        say(
-            f"Warm start: predicted {done:,} of {len(missing):,} configs in "
-            f"{time.monotonic() - started:.0f} s"
-            + (
+        said = f"Warm start: predicted {done:,} of {len(missing):,} configs in "
+        said += f"{time.monotonic() - started:.0f} s"
+        if stopped and done == max_predictions:
+            said += (
+                f"; {max_predictions:,} predictions are enough for this budget of trials, "
+                f"the other {stopped:,} are left to the search"
+            )
+        elif stopped:
+            said += (
                 f"; stopped at the {budget_s:.0f}-s budget, the other {stopped:,} are left "
                 "to the search"
-                if stopped
-                else ""
             )
-        )
+        say(said)
     utility = np.full(len(candidates), np.nan)
     scores = [cache.get(candidate.key) for candidate in candidates]
     for index, scored in enumerate(scores):
@@ -239,6 +255,7 @@ def build_guide(
         scores=scores,
         unpredicted=np.array([c.key not in cache for c in candidates], dtype=bool),
         seconds=time.monotonic() - started,
+        cached=cached,
     )
 
 
@@ -248,17 +265,19 @@ def _predict_within(
     cache: PredictionCache,
     budget_s: float | None,
     started: float,
+    max_predictions: int | None = None,
 ) -> int:
-    """Predict ``missing`` into ``cache``, in a spread order so that a stop at the budget
+    """Predict ``missing`` into ``cache``, in a spread order so that a stop at a budget
     leaves a sample of the whole space; returns how many were left unpredicted."""
-    order = np.random.default_rng(0).permutation(len(missing)) if budget_s else range(len(missing))
-    queue = [missing[i] for i in order]
+    spread = budget_s or max_predictions is not None
+    order = np.random.default_rng(0).permutation(len(missing)) if spread else range(len(missing))
+    queue = [missing[i] for i in order][:max_predictions]
     results = predict_iter(oracle, [c.config for c in queue])
     try:
         for done, (candidate, scored) in enumerate(zip(queue, results, strict=False)):
             cache[candidate.key] = scored
             if budget_s is not None and time.monotonic() - started > budget_s:
-                return len(queue) - done - 1
+                return len(missing) - done - 1
     finally:
         results.close()
-    return 0
+    return len(missing) - len(queue)

@@ -14,7 +14,8 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
@@ -22,9 +23,12 @@ import optuna
 from autotune.config.space import SearchSpace
 from autotune.config.trial_config import TrialConfig
 from autotune.trial.run import MemoryEstimate, Prescreen, derive_config
+from autotune.tuner.forked import forked_map, worker_state
 
 MAX_LINEAR_POINTS = 8  # a linear range gets at most this many values
 LOG_POINTS = 9  # a log-scaled float range gets this many values
+PARALLEL_ABOVE = 128  # smaller lattices are enumerated in this process
+CHUNKS_PER_WORKER = 4  # the lattice is cut into this many chunks per worker
 
 
 @dataclass
@@ -74,6 +78,45 @@ def lattice_params(space: SearchSpace, engine_version: str | None) -> list[dict[
     return [params for params in points if not space.rule_violations(params)]
 
 
+@dataclass(frozen=True)
+class _Deriver:
+    """What turns lattice points into configs with their memory (in every worker)."""
+
+    space: SearchSpace
+    model: str
+    engine_version: str | None
+    prescreen: Prescreen | None
+    reported_block_size: int | None
+    memo: dict[str, MemoryEstimate | None] = field(default_factory=dict)  # by launch key
+
+    def screen(self, config: TrialConfig) -> MemoryEstimate | None:
+        key = config_key(config)
+        if key not in self.memo:
+            self.memo[key] = self.prescreen(config) if self.prescreen is not None else None
+        return self.memo[key]
+
+    def derive(self, points: list[dict[str, Any]]) -> list[Candidate]:
+        """The candidate of each point (duplicates included)."""
+        found = []
+        for params in points:
+            config = derive_config(
+                self.space,
+                params,
+                model=self.model,
+                engine_version=self.engine_version,
+                reported_block_size=self.reported_block_size,
+                prescreen=self.screen if self.prescreen is not None else None,
+            )
+            memory = self.screen(config)
+            found.append(Candidate(params, config, config_key(config), memory))
+        return found
+
+
+def _derive_in_worker(points: list[dict[str, Any]]) -> list[Candidate]:
+    deriver: _Deriver = worker_state()
+    return deriver.derive(points)
+
+
 def enumerate_effective(
     space: SearchSpace,
     *,
@@ -81,29 +124,20 @@ def enumerate_effective(
     engine_version: str | None,
     prescreen: Prescreen | None = None,
     reported_block_size: int | None = None,
+    workers: int = 1,
 ) -> list[Candidate]:
-    """The distinct effective configs of the lattice, in lattice order, each with its memory."""
+    """The distinct effective configs of the lattice, in lattice order, each with its
+    memory; on ``workers`` forked processes when the lattice is large (the same list)."""
+    deriver = _Deriver(space, model, engine_version, prescreen, reported_block_size)
+    points = lattice_params(space, engine_version)
+    if workers < 2 or len(points) < PARALLEL_ABOVE:
+        derived: Iterable[list[Candidate]] = [deriver.derive(points)]
+    else:
+        size = math.ceil(len(points) / (CHUNKS_PER_WORKER * workers))
+        chunks = [points[i : i + size] for i in range(0, len(points), size)]
+        derived = forked_map(_derive_in_worker, chunks, state=deriver, workers=workers)
     seen: dict[str, Candidate] = {}
-    memo: dict[str, MemoryEstimate | None] = {}
-
-    def screen(config: TrialConfig) -> MemoryEstimate | None:
-        key = config_key(config)
-        if key not in memo:
-            memo[key] = prescreen(config) if prescreen is not None else None
-        return memo[key]
-
-    for params in lattice_params(space, engine_version):
-        config = derive_config(
-            space,
-            params,
-            model=model,
-            engine_version=engine_version,
-            reported_block_size=reported_block_size,
-            prescreen=screen if prescreen is not None else None,
-        )
-        key = config_key(config)
-        if key in seen:
-            continue
-        memory = screen(config)
-        seen[key] = Candidate(params=params, config=config, key=key, memory=memory)
+    for candidates in derived:
+        for candidate in candidates:
+            seen.setdefault(candidate.key, candidate)
     return list(seen.values())

@@ -10,15 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import io
-import multiprocessing
-import os
-import signal
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from autotune.config.trial_config import TrialConfig
-from autotune.engines.process import child_preexec, interrupt_after_forks
 from autotune.errors import InputError
 from autotune.replay.load import LoadSpec
 from autotune.sim.model.calibration_profile import CalibrationProfile
@@ -27,10 +22,10 @@ from autotune.sim.server.flags import parse_serve_args
 from autotune.sim.virtual.predict import Prediction, predict
 from autotune.trial.objective import Goal, Score, request_slo, score
 from autotune.trial.prescreen import memory_margin
+from autotune.tuner.forked import default_workers, forked_map, worker_state
 from autotune.workload.plan import WorkloadPlan
 
 PARALLEL_ABOVE = 64  # fewer configs than this are predicted in this process
-MAX_WORKERS = 8
 
 
 @dataclass(frozen=True)
@@ -90,22 +85,9 @@ def score_prediction(goal: Goal, prediction: Prediction) -> Score:
     )
 
 
-_WORKER_ORACLE: SimOracle | None = None
-
-
-def _init_worker(oracle: SimOracle, die_with_parent: Callable[[], None] | None) -> None:
-    global _WORKER_ORACLE
-    _WORKER_ORACLE = oracle
-    if die_with_parent is not None:  # a kill -9 of autotune leaves no predicting worker
-        die_with_parent()
-    # Ctrl-C and SIGTERM are the parent's to handle: no traceback from every worker.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
 def _score_in_worker(config: TrialConfig) -> Score | None:
-    assert _WORKER_ORACLE is not None
-    return _WORKER_ORACLE.score(config)
+    oracle: SimOracle = worker_state()
+    return oracle.score(config)
 
 
 def predict_all(
@@ -120,22 +102,9 @@ def predict_iter(
 ) -> Iterator[Score | None]:
     """``predict_all`` one result at a time: a consumer that stops early (a time budget,
     an interrupt) leaves the configs not yet started unpredicted."""
-    workers = workers or min(MAX_WORKERS, os.cpu_count() or 1)
+    workers = workers or default_workers()
     if len(configs) < PARALLEL_ABOVE or workers < 2:
         for config in configs:
             yield oracle.score(config)
         return
-    context = multiprocessing.get_context("fork")
-    pool = ProcessPoolExecutor(
-        max_workers=workers,
-        mp_context=context,
-        initializer=_init_worker,
-        initargs=(oracle, child_preexec()),
-    )
-    try:
-        with interrupt_after_forks():  # the first submit forks every worker
-            futures = [pool.submit(_score_in_worker, config) for config in configs]
-        for future in futures:
-            yield future.result()
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+    yield from forked_map(_score_in_worker, configs, state=oracle, workers=workers)

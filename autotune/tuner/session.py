@@ -51,6 +51,10 @@ from autotune.tuner.schedule import Role, ScheduledSampler
 from autotune.tuner.settings import TunerSettings
 
 PENDING_POLL_S = 1.0  # how often a worker looks whether another's measurement has landed
+# The warm start predicts at most this many configs per trial of --trials (what the
+# prediction cache holds is free): 20 trials predict the README's whole lattice (1,707),
+# 2 trials a spread sample of 200 of it.
+PREDICTIONS_PER_TRIAL = 100
 TIMED_CONFIRM = 3  # re-measurements after a timed run's time is up (it raced before)
 SEARCHED = 2  # guided configs launched after the seeds before the racing tail may begin
 PARALLEL_TARGETS = 3  # workers in the tail together re-measure among this many top configs
@@ -107,6 +111,7 @@ class Tuner:
                 maximize=maximize,
                 cache=cache,
                 budget_s=settings.warm_start_budget_s,
+                max_predictions=None if n_trials is None else PREDICTIONS_PER_TRIAL * n_trials,
                 say=say,
             )
             self.sampler = GuidedSampler(
@@ -481,9 +486,13 @@ class Tuner:
 
     def describe(self) -> str | None:
         """One line on the warm start, or None without a guide."""
-        if self.guide is None:
+        guide = self.guide
+        if guide is None:
             return None
-        return (
-            f"warm start: {len(self.guide.candidates):,} effective configs that fit, "
-            f"{self.guide.predicted:,} predicted feasible, in {self.guide.seconds:.0f} s"
+        line = (
+            f"warm start: {len(guide.candidates):,} effective configs that fit, "
+            f"{guide.predicted:,} predicted feasible, in {guide.seconds:.0f} s"
         )
+        if guide.cached:
+            line += f" ({guide.cached:,} of the predictions from the prediction cache)"
+        return line

@@ -12,6 +12,10 @@ history.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -58,6 +62,25 @@ class WorkloadPlan:
     token_space: str  # tokenizer the counts are exact in, or "words" (the approximation)
     digest: str  # content hash of the workload file: a study refuses another workload
     metadata: dict[str, object] = field(default_factory=dict)
+
+    @functools.cached_property
+    def content_digest(self) -> str:
+        """A hash of everything a replay of the plan sends and reads (its requests, whole,
+        and its metadata), whatever file or tokenizer it came from: what a kept
+        prediction of the plan is keyed by."""
+        digest = hashlib.sha256(f"{self.name}\0{self.token_space}\0{self.digest}".encode())
+        digest.update(json.dumps(self.metadata, sort_keys=True, default=str).encode())
+        for request in self.requests:
+            fields = {
+                f.name: getattr(request, f.name)
+                for f in dataclasses.fields(request)
+                if f.name != "messages"
+            }
+            digest.update(json.dumps(fields, sort_keys=True).encode())
+            for message in request.messages:
+                digest.update(f"\0{message.role}\0{len(message.text)}\0".encode())
+                digest.update(message.text.encode())
+        return digest.hexdigest()
 
     @property
     def sessions(self) -> list[str]:

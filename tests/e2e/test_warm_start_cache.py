@@ -1,0 +1,52 @@
+"""The warm start's predictions are made once: a resume reads them from the study,
+another study of the same workload from the disk cache. The real CLI, real servers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import optuna
+import pytest
+
+from autotune.tuner.prediction_cache import CACHE_ENV, STUDY_ATTR
+from tests.e2e.conftest import REPO, SAMPLE_WORKLOAD, autotune_argv
+
+SMALL = REPO / "tests" / "e2e" / "data" / "tuner-small.yaml"  # 36 points, 30 fit
+FAST = ["--time-scale", "200", "--max-requests", "10", "--concurrency", "4"]
+
+
+def run(tmp_path: Path, study: str, trials: int, **env: str) -> str:
+    db = tmp_path / "studies" / "autotune.db"
+    result = subprocess.run(
+        autotune_argv(
+            "run", "--workload", str(SAMPLE_WORKLOAD), "--engine", "sim",
+            "--hardware", "rtx4080s-32g", "--model", "qwen3.6-27b-awq",
+            "--space", str(SMALL), "--storage", f"sqlite:///{db}", "--study", study,
+            "--seed", "1", "--trials", str(trials), *FAST,
+        ),
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, **env},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+@pytest.mark.timeout(400)
+def test_the_warm_start_is_predicted_once_then_read_back(tmp_path: Path) -> None:
+    first = run(tmp_path, "a", 1)
+    assert "Warm start: predicting 30 configs on the simulator ..." in first
+    assert (tmp_path / "studies" / "cache" / "predictions.sqlite").is_file()
+    storage = f"sqlite:///{tmp_path / 'studies' / 'autotune.db'}"
+    stored = optuna.load_study(study_name="a", storage=storage).user_attrs[STUDY_ATTR]
+    assert stored["count"] == 30
+    # Resumed with the disk cache off: the study alone hands the predictions back.
+    resumed = run(tmp_path, "a", 2, **{CACHE_ENV: "off"})
+    assert "Warm start: predicting" not in resumed
+    assert "30 effective configs that fit" in resumed
+    assert "(30 of the predictions from the prediction cache)" in resumed
+    assert "trial 1 [2/2]" in resumed  # and the study went on
+    # Another study of the same workload, space and goal: the disk cache hands them back.
+    other = run(tmp_path, "b", 1)
+    assert "Warm start: predicting" not in other
+    assert "(30 of the predictions from the prediction cache)" in other
