@@ -114,17 +114,29 @@ class KvCacheManager:
         """Whether ``state`` already holds blocks for ``num_tokens`` of context."""
         return state.holds_state and num_tokens <= state.num_positions * self.block_size
 
-    def grow(self, state: RequestState, num_tokens: int) -> bool:
-        """Hold blocks for ``num_tokens`` of context (and the state blocks); False if full."""
+    def _growth(self, state: RequestState, num_tokens: int) -> int:
+        """The blocks ``state`` needs more to hold ``num_tokens`` of context."""
         positions = math.ceil(num_tokens / self.block_size)
         needed = (positions - state.num_positions) * self._groups
-        if not state.holds_state:
-            needed += self._state_blocks
+        return needed if state.holds_state else needed + self._state_blocks
+
+    def grow(self, state: RequestState, num_tokens: int) -> bool:
+        """Hold blocks for ``num_tokens`` of context (and the state blocks); False if full."""
+        needed = self._growth(state, num_tokens)
         if needed > 0 and not self._allocate(needed):
             return False
-        state.num_positions = max(positions, state.num_positions)
+        state.num_positions = max(math.ceil(num_tokens / self.block_size), state.num_positions)
         state.holds_state = True
         return True
+
+    def can_grow(self, state: RequestState, num_tokens: int) -> bool:
+        """Whether ``grow(state, num_tokens)`` would succeed (evicting if it must); changes
+        nothing."""
+        needed = self._growth(state, num_tokens)
+        free = self._total_blocks - self.used_blocks()
+        if needed <= free:
+            return True
+        return self._cache.num_evictable >= math.ceil((needed - free) / self._entry_blocks)
 
     def free(self, state: RequestState) -> None:
         """Give back everything ``state`` holds; LMCache keeps its computed prompt blocks."""

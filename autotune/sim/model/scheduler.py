@@ -383,21 +383,33 @@ class SimEngineCore:
         )
 
     # --------------------------------------------------------------- fast path
-    def decode_run(self, until_s: float, *, max_steps: int = MAX_RUN_STEPS) -> DecodeRun | None:
+    def decode_run(
+        self,
+        until_s: float,
+        *,
+        max_steps: int = MAX_RUN_STEPS,
+        blocked_until_s: float | None = None,
+    ) -> DecodeRun | None:
         """Run the coming steps at once while they are plain decode steps.
 
         A plain decode step: every running request decodes (1 token plus its
-        drafts), none finishes, no request waits for admission, no new block
-        needs an eviction. Steps start before ``until_s`` (the caller's next
-        event). Returns None when the next step is not plain: call ``step()``.
+        drafts), none finishes, no request is admitted, no new block needs an
+        eviction. Steps start before ``until_s`` (the caller's next event). A
+        request waiting for a free seat that the pool has no room for stays
+        waiting through such steps: given ``blocked_until_s`` (the caller's next
+        reading of the queue), the run goes on while it waits, to that time at
+        most. Returns None when the next step is not plain: call ``step()``.
         The predictor's fast path; the result equals as many ``step()`` calls
-        (same clock, counters and random draws).
+        (same clock, counters, random draws and prefix-cache order).
         """
         running = self._running
         if self._dead is not None or not running or self.clock_s >= until_s:
             return None
-        if self._waiting and len(running) < self.memory.max_num_seqs:
-            return None
+        waiting = bool(self._waiting) and len(running) < self.memory.max_num_seqs
+        if waiting:
+            if blocked_until_s is None or self.clock_s >= blocked_until_s:
+                return None
+            until_s = min(until_s, blocked_until_s)
         per_seq = 1 + self._num_spec
         num_seqs = len(running)
         memory = self.memory
@@ -415,15 +427,37 @@ class SimEngineCore:
         if steps < 2:
             return None
         if self._num_spec:
-            return self._speculative_run(until_s, steps)
+            if waiting and not (self._kv.fits_decode(running, per_seq) and self._admission_fails()):
+                return None
+            return self._decode_chunks(until_s, steps, self._speculative_chunk, waiting)
         steps = self._kv.steps_without_eviction(running, steps)
-        if steps < 2:
+        if steps < 2 or (waiting and not self._admission_fails()):
             return None
-        return self._decode_chunks(until_s, steps, self._plain_chunk)
+        return self._decode_chunks(until_s, steps, self._plain_chunk, waiting)
 
-    def _decode_chunks(self, until_s: float, steps: int, chunk: _Chunk) -> DecodeRun | None:
+    def _admission_fails(self) -> bool:
+        """Whether the next plain decode step's admission of the first waiting request
+        fails (no room, even evicting), as it then does in every plain decode step after
+        it: they only take blocks. Made and undone as ``_schedule`` makes a failed one
+        (its lookup moves the request's cached prefix to the recent end of the cache's
+        order), so a run leaves the order step-by-step steps leave. Called only once the
+        run's first step is certain."""
+        budget = self.memory.max_num_batched_tokens - len(self._running) * (1 + self._num_spec)
+        if budget <= 0:
+            return True  # the step does not try
+        state = self._waiting[0]
+        local, external = self._kv.lookup(state)
+        computed = (local + external) * self._kv.unit_tokens
+        room = self._kv.can_grow(state, computed + min(state.num_known - computed, budget))
+        self._kv.undo_lookup(state)
+        return not room
+
+    def _decode_chunks(
+        self, until_s: float, steps: int, chunk: _Chunk, waiting: bool
+    ) -> DecodeRun | None:
         """At most ``steps`` decode steps that start before ``until_s``, a chunk at a time:
-        ``chunk(clock_s, until_s, most)`` runs up to ``most`` of them from ``clock_s``."""
+        ``chunk(clock_s, until_s, most)`` runs up to ``most`` of them from ``clock_s``;
+        ``waiting``: requests wait for room through them."""
         tokens = np.zeros(len(self._running), dtype=np.int64)
         parts: list[np.ndarray] = []
         clock_s, taken = self.clock_s, 0
@@ -438,7 +472,7 @@ class SimEngineCore:
                 break
         if not parts:
             return None
-        return self._finish_run(np.concatenate(parts), tokens.tolist())
+        return self._finish_run(np.concatenate(parts), tokens.tolist(), waiting)
 
     def _plain_chunk(
         self, clock_s: float, until_s: float, most: int
@@ -455,10 +489,6 @@ class SimEngineCore:
         self._kv.decode_tokens(running, len(ends))
         self.counters.generation_tokens += len(ends) * num_seqs
         return ends, np.full(num_seqs, len(ends), dtype=np.int64), len(ends) < count
-
-    def _speculative_run(self, until_s: float, steps: int) -> DecodeRun | None:
-        """``decode_run`` with MTP drafts: acceptance drawn per request and step, in order."""
-        return self._decode_chunks(until_s, steps, self._speculative_chunk)
 
     def _speculative_chunk(
         self, clock_s: float, until_s: float, most: int
@@ -560,7 +590,7 @@ class SimEngineCore:
     def _noise_factor(self) -> float:
         return max(MIN_NOISE_FACTOR, 1.0 + self._noise * self._rng.gauss(0.0, 1.0))
 
-    def _finish_run(self, ends: np.ndarray, tokens: list[int]) -> DecodeRun:
+    def _finish_run(self, ends: np.ndarray, tokens: list[int], waiting: bool) -> DecodeRun:
         start_s = self.clock_s
         self.clock_s = float(ends[-1])
         self._update_gauges()
@@ -569,6 +599,7 @@ class SimEngineCore:
             step_end_s=ends,
             request_ids=[state.request.request_id for state in self._running],
             tokens=tokens,
+            waited=waiting,
         )
 
     def _update_gauges(self) -> None:

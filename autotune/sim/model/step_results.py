@@ -39,6 +39,9 @@ class DecodeRun:
     step_end_s: np.ndarray  # clock at the end of each step
     request_ids: list[str]
     tokens: list[int]  # tokens each request got over the run (steps x 1 without drafts)
+    # Requests waited through it for room in the pool (a seat was free): steps that
+    # step() ran one by one before decode runs covered them.
+    waited: bool = False
 
     @property
     def num_steps(self) -> int:

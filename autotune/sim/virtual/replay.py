@@ -198,7 +198,10 @@ class VirtualReplay:
             if flight is None:
                 continue
             flight.gaps.append(first_end_s - flight.last_s)
-            flight.gap_runs.append(later_gaps)
+            if run.waited:  # as step() deliveries were kept: a flight's gaps keep their order
+                flight.gaps.extend(later_gaps.tolist())
+            else:
+                flight.gap_runs.append(later_gaps)
             flight.last_s = last_end_s
             flight.tokens += tokens
             flight.chunks += run.num_steps
@@ -240,7 +243,7 @@ class VirtualReplay:
                     break
                 engine.advance_to(next_send_s)
                 continue
-            run = engine.decode_run(self._next_event_s())
+            run = engine.decode_run(self._next_event_s(), blocked_until_s=next_scrape_s)
             if run is not None:
                 self._deliver_run(run)
             else:
