@@ -230,7 +230,7 @@ class CachedPredictions(MutableMapping[str, Score | None]):
         if disk is not None:
             try:
                 self._disk = PredictionStore(disk)
-            except sqlite3.Error as exc:
+            except (sqlite3.Error, OSError) as exc:
                 self._switch_off(disk, exc)
 
     def entry_key(self, key: str) -> str:
@@ -252,14 +252,18 @@ class CachedPredictions(MutableMapping[str, Score | None]):
             return True
         entry = self.entry_key(key)
         if entry in self._stored:
-            self._memory[key] = decode_score(self._stored[entry])
+            try:
+                self._memory[key] = decode_score(self._stored[entry])
+            except (TypeError, ValueError):  # a mangled entry: predicted again
+                del self._stored[entry]
+                return self._find(key)
             self.hits["study"] += 1
             return True
         if self._disk is None:
             return False
         try:
             found, score = self._disk.get(entry)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError, ValueError) as exc:  # ValueError: a mangled row
             self._switch_off(self._disk.path, exc)
             return False
         if found:
@@ -298,7 +302,7 @@ class CachedPredictions(MutableMapping[str, Score | None]):
         pending, self._pending = self._pending, []
         try:
             self._disk.put_many(pending)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             self._switch_off(self._disk.path, exc)
 
     def close(self) -> None:

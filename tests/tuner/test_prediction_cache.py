@@ -247,15 +247,18 @@ def test_the_disk_cache_keeps_the_newest_entries(tmp_path: Path) -> None:
     store.close()
 
 
-def test_an_unreadable_cache_file_is_switched_off_and_the_run_predicts(
-    spec: StudySpec, serial: dict, tmp_path: Path
+@pytest.mark.parametrize("broken", ["not a database", "under a file"])
+def test_a_cache_that_cannot_be_used_is_switched_off_and_the_run_predicts(
+    spec: StudySpec, serial: dict, tmp_path: Path, broken: str
 ) -> None:
     disk = tmp_path / "predictions.sqlite"
     disk.write_bytes(b"not a database " * 100)
+    if broken == "under a file":  # its folder cannot be made
+        disk = disk / "predictions.sqlite"
     cache = CachedPredictions(spec.oracle, disk=disk)
     found = guide(spec, cache)
     assert cache.problem is not None and str(disk) in cache.problem
     assert found.scores == [serial[c.key] for c in found.candidates]
     cache.close()
-    with pytest.raises(sqlite3.DatabaseError):  # the file is left as it was
+    with pytest.raises((sqlite3.DatabaseError, OSError)):  # the file is left as it was
         PredictionStore(disk)
