@@ -10,11 +10,12 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune.tuner.prediction_cache import CACHE_ENV, STUDY_ATTR
 from tests.e2e.conftest import REPO, SAMPLE_WORKLOAD, autotune_argv
 
 SMALL = REPO / "tests" / "e2e" / "data" / "tuner-small.yaml"  # 36 points, 30 fit
 FAST = ["--time-scale", "200", "--max-requests", "10", "--concurrency", "4"]
+CACHE_ENV = "AUTOTUNE_PREDICTION_CACHE"  # as a user sets it (tuner/prediction_cache.py)
+STUDY_ATTR = "warm_start_predictions"  # as docs/architecture.md names it
 
 
 def run(tmp_path: Path, study: str, trials: int, **env: str) -> str:
@@ -36,13 +37,13 @@ def run(tmp_path: Path, study: str, trials: int, **env: str) -> str:
 def test_the_warm_start_is_predicted_once_then_read_back(tmp_path: Path) -> None:
     first = run(tmp_path, "a", 1)
     assert "Warm start: predicting 30 configs on the simulator ..." in first
+    # Resumed with the disk cache off: the study alone hands the predictions back.
+    resumed = run(tmp_path, "a", 2, **{CACHE_ENV: "off"})
+    assert "Warm start: predicting" not in resumed, resumed
     assert (tmp_path / "studies" / "cache" / "predictions.sqlite").is_file()
     storage = f"sqlite:///{tmp_path / 'studies' / 'autotune.db'}"
     stored = optuna.load_study(study_name="a", storage=storage).user_attrs[STUDY_ATTR]
     assert stored["count"] == 30
-    # Resumed with the disk cache off: the study alone hands the predictions back.
-    resumed = run(tmp_path, "a", 2, **{CACHE_ENV: "off"})
-    assert "Warm start: predicting" not in resumed
     assert "30 effective configs that fit" in resumed
     assert "(30 of the predictions from the prediction cache)" in resumed
     assert "trial 1 [2/2]" in resumed  # and the study went on
