@@ -176,9 +176,11 @@ def _stop_at_budget(n_trials: int) -> Callable[[optuna.Study, FrozenTrial], None
 def open_prediction_cache(
     spec: StudySpec, storage: optuna.storages.BaseStorage
 ) -> PredictionCache | None:
-    """The run's prediction cache: the spec's own (a benchmark's), else, with a simulator
-    to predict by, what the study stores and the disk cache (``tuner.prediction_cache``)."""
-    if spec.prediction_cache is not None or spec.oracle is None:
+    """The run's prediction cache: the spec's own (a benchmark's), else, when the guided
+    sampler predicts (one objective, a simulator to predict by), what the study stores
+    and the disk cache (``tuner.prediction_cache``)."""
+    predicts = spec.sampler == "guided" and len(spec.goal.objectives) == 1
+    if spec.prediction_cache is not None or spec.oracle is None or not predicts:
         return spec.prediction_cache
     return CachedPredictions(
         spec.oracle,
