@@ -96,8 +96,8 @@ class _Deriver:
         return self.memo[key]
 
     def derive(self, points: list[dict[str, Any]]) -> list[Candidate]:
-        """The candidate of each point (duplicates included)."""
-        found = []
+        """The candidates of ``points``: each distinct launch once, where it first occurs."""
+        found: dict[str, Candidate] = {}
         for params in points:
             config = derive_config(
                 self.space,
@@ -107,9 +107,10 @@ class _Deriver:
                 reported_block_size=self.reported_block_size,
                 prescreen=self.screen if self.prescreen is not None else None,
             )
-            memory = self.screen(config)
-            found.append(Candidate(params, config, config_key(config), memory))
-        return found
+            key = config_key(config)
+            if key not in found:
+                found[key] = Candidate(params, config, key, self.screen(config))
+        return list(found.values())
 
 
 def _derive_in_worker(points: list[dict[str, Any]]) -> list[Candidate]:
