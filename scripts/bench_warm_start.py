@@ -50,11 +50,30 @@ STUDY = "bench"
 
 
 # ----------------------------------------------------------------- in a child process
+def _run_setup() -> tuple[Any, Any]:
+    """``RunOptions`` and ``prepare_study`` in this tree, or in the baseline's, which keeps
+    them in ``autotune/run_setup.py`` (before the package was grouped into folders)."""
+    try:
+        from autotune.study.setup import RunOptions, prepare_study
+    except ImportError:
+        from autotune.run_setup import RunOptions, prepare_study  # type: ignore[no-redef]
+    return RunOptions, prepare_study
+
+
+def _seeded(options_type: Any, seed: int) -> dict[str, Any]:
+    """The seed as ``RunOptions`` takes it: in its tuner settings, or (the baseline) itself."""
+    if "tuner" in options_type.model_fields:
+        from autotune.tuner.settings import TunerSettings
+
+        return {"tuner": TunerSettings(seed=seed)}
+    return {"seed": seed}
+
+
 def measure(mode: str, scratch: Path, jobs: int | None) -> dict[str, Any]:
     """One warm start of the quick start (``mode``: baseline, cold, warm, resume)."""
     from autotune.study.loop import make_tuner
-    from autotune.study.setup import RunOptions, prepare_study
-    from autotune.trial.objective import parse_slos
+
+    RunOptions, prepare_study = _run_setup()
 
     if jobs is not None:  # the worker processes of both paths
         if mode == "baseline":
@@ -73,7 +92,7 @@ def measure(mode: str, scratch: Path, jobs: int | None) -> dict[str, Any]:
         hardware="rtx4080s-32g",
         model="qwen3.6-27b-awq",
         trials=20,
-        slos=[slo.text for slo in parse_slos(["ttft_p95<=20s"])],
+        slos=["ttft_p95<=20s"],
         storage=storage,
     )
     spec = prepare_study(options)
@@ -122,7 +141,10 @@ def measure(mode: str, scratch: Path, jobs: int | None) -> dict[str, Any]:
 def predicted_measure(spec: Any, config: Any, log_path: Path, on_progress: Any = None) -> Any:
     """A trial measured as the simulator predicts it (noise 0, no wall clock): the same
     measurements for both trees, so their decisions can be compared trial by trial."""
-    from autotune.trial.run import TrialResult
+    try:
+        from autotune.trial.run import TrialResult
+    except ImportError:  # the baseline's layout
+        from autotune.trial import TrialResult  # type: ignore[no-redef, attr-defined]
 
     result = TrialResult(config=config)
     result.memory = spec.prescreen(config) if spec.prescreen is not None else None
@@ -142,8 +164,8 @@ def decisions(scratch: Path) -> list[list[Any]]:
     """The quick start's 20 trials (``--seed 1``), each measured as predicted: what each
     trial launched, why, and its value."""
     from autotune.study import run_study
-    from autotune.study.setup import RunOptions, prepare_study
 
+    RunOptions, prepare_study = _run_setup()
     options = RunOptions(
         objective="throughput",
         workload=WORKLOAD,
@@ -151,7 +173,7 @@ def decisions(scratch: Path) -> list[list[Any]]:
         hardware="rtx4080s-32g",
         model="qwen3.6-27b-awq",
         trials=20,
-        seed=1,
+        **_seeded(RunOptions, 1),
         slos=["ttft_p95<=20s"],
         storage=f"sqlite:///{scratch / 'decisions.db'}",
         artifacts_dir=scratch / "artifacts",

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
-from autotune.defaults import DEFAULT_ARTIFACTS_DIR, DEFAULT_STORAGE_URL
+from autotune.defaults import DEFAULT_STORAGE_URL, default_artifact_dir
 from autotune.errors import InputError, StorageError
 from autotune.trial.objective import ObjectiveName
 from autotune.trial.record import TrialRecord, outcome_text
@@ -333,14 +333,6 @@ def load_study(storage_url: str, study_name: str | None = None) -> LoadedStudy:
     except (SQLAlchemyError, KeyError) as exc:
         raise StorageError(f"--storage {storage_url!r}: cannot load study {name!r}") from exc
     return LoadedStudy(study, storage_url)
-
-
-def default_artifact_dir(storage_url: str) -> Path:
-    """Where ``autotune run`` puts artifacts: beside a SQLite file, else studies/artifacts."""
-    url = make_url(storage_url)
-    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
-        return Path(url.database).parent / "artifacts"
-    return DEFAULT_ARTIFACTS_DIR
 
 
 def dashboard_argv(

@@ -17,11 +17,11 @@ from autotune.defaults import (
     DEFAULT_STARTUP_TIMEOUT_S,
     DEFAULT_TIME_SCALE,
     DEFAULT_TRIALS,
+    default_artifact_dir,
 )
 from autotune.engines import make_engine
 from autotune.errors import InputError
 from autotune.replay.load import LoadSpec
-from autotune.results.reader import default_artifact_dir
 from autotune.sim.model.calibration_profile import CalibrationProfile, load_profile
 from autotune.sim.model.hardware import get_gpu
 from autotune.sim.model.models import ModelSpec, get_model

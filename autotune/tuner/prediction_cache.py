@@ -38,7 +38,7 @@ import optuna
 
 import autotune
 from autotune import __version__
-from autotune.results.reader import default_artifact_dir
+from autotune.defaults import default_artifact_dir
 from autotune.sim.model.hardware import get_gpu
 from autotune.sim.model.models import get_model
 from autotune.trial.objective import Score

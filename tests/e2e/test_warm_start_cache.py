@@ -10,10 +10,10 @@ from pathlib import Path
 import optuna
 import pytest
 
-from tests.e2e.conftest import REPO, SAMPLE_WORKLOAD, autotune_argv
+from tests.e2e.conftest import REPO, SAMPLE_WORKLOAD, autotune_argv, tuner_args
 
 SMALL = REPO / "tests" / "e2e" / "data" / "tuner-small.yaml"  # 36 points, 30 fit
-FAST = ["--time-scale", "200", "--max-requests", "10", "--concurrency", "4"]
+FAST = {"seed": 1, "simulator": {"time_scale": 200}, "load": {"max_requests": 10}}
 CACHE_ENV = "AUTOTUNE_PREDICTION_CACHE"  # as a user sets it (tuner/prediction_cache.py)
 STUDY_ATTR = "warm_start_predictions"  # as docs/architecture.md names it
 
@@ -25,7 +25,7 @@ def run(tmp_path: Path, study: str, trials: int, **env: str) -> str:
             "run", "--workload", str(SAMPLE_WORKLOAD), "--engine", "sim",
             "--hardware", "rtx4080s-32g", "--model", "qwen3.6-27b-awq",
             "--space", str(SMALL), "--storage", f"sqlite:///{db}", "--study", study,
-            "--seed", "1", "--trials", str(trials), *FAST,
+            "--trials", str(trials), "--concurrency", "4", *tuner_args(tmp_path / "settings", FAST),
         ),
         cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, **env},
     )  # fmt: skip
