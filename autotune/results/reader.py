@@ -23,6 +23,7 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from autotune.defaults import DEFAULT_STORAGE_URL, default_artifact_dir
 from autotune.errors import InputError, StorageError
+from autotune.study.storage import unreadable_storage
 from autotune.trial.objective import ObjectiveName
 from autotune.trial.record import TrialRecord, outcome_text
 from autotune.tuner.record import TunerStudyRecord, Winner
@@ -308,8 +309,7 @@ def study_names(storage_url: str) -> list[str]:
     try:
         summaries = optuna.get_all_study_summaries(storage=storage_url, include_best_trial=False)
     except (SQLAlchemyError, ValueError, RuntimeError, ImportError) as exc:
-        cause = (str(exc).splitlines() or [type(exc).__name__])[0]
-        raise StorageError(f"--storage {storage_url!r}: cannot be read ({cause})") from exc
+        raise StorageError(unreadable_storage(storage_url, exc, doing="cannot be read")) from exc
     return [summary.study_name for summary in summaries]
 
 
@@ -331,8 +331,15 @@ def load_study(storage_url: str, study_name: str | None = None) -> LoadedStudy:
     try:
         study = optuna.load_study(study_name=name, storage=storage_url)
     except (SQLAlchemyError, KeyError) as exc:
-        raise StorageError(f"--storage {storage_url!r}: cannot load study {name!r}") from exc
-    return LoadedStudy(study, storage_url)
+        raise StorageError(
+            unreadable_storage(storage_url, exc, doing=f"cannot load study {name!r}")
+        ) from exc
+    try:
+        return LoadedStudy(study, storage_url)
+    except SQLAlchemyError as exc:  # the study's own rows are damaged
+        raise StorageError(
+            unreadable_storage(storage_url, exc, doing=f"cannot read study {name!r}")
+        ) from exc
 
 
 def dashboard_argv(

@@ -36,7 +36,11 @@ def run_study(spec: StudySpec, *, observer: StudyObserver | None = None) -> optu
     """
     # Trial failures are recorded in attrs and shown by the observer, not logged.
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    storage = open_storage(spec.storage_url, heartbeat_interval_s=spec.heartbeat_interval_s)
+    storage = open_storage(
+        spec.storage_url,
+        heartbeat_interval_s=spec.heartbeat_interval_s,
+        on_stale_trial=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1),
+    )
     engine_version = spec.engine.version()
     check_resumable(spec, storage, engine_version)
     cache = open_prediction_cache(spec, storage)

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import optuna
 import sqlalchemy.exc
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import make_url
 
 from autotune.errors import StorageError
@@ -18,6 +19,20 @@ from autotune.study.spec import StudySpec
 
 # Trials that spent a launch of the --trials budget: measured, failed, or pruned early.
 COUNTED_STATES = (TrialState.COMPLETE, TrialState.PRUNED)
+GRACE_HEARTBEATS = 3  # a RUNNING trial silent this many heartbeat intervals is stale
+# What a storage that stops taking writes raises: the database's errors (Optuna wraps
+# them), and a full or read-only disk under the artifacts.
+STORAGE_FAILURES: tuple[type[BaseException], ...] = (
+    optuna.exceptions.StorageInternalError,
+    sqlalchemy.exc.SQLAlchemyError,
+)
+_DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
+# What SQLite says of a file that is not (or no longer) a whole database.
+_DAMAGED_SQLITE = (
+    "file is not a database",
+    "database disk image is malformed",
+    "file is encrypted",
+)
 
 
 def storage_url_of(text: str) -> str:
@@ -53,9 +68,14 @@ def storage_url(url: str) -> str:
 
 
 def open_storage(
-    url: str, *, heartbeat_interval_s: int | None = None
+    url: str,
+    *,
+    heartbeat_interval_s: int | None = None,
+    on_stale_trial: Callable[[optuna.Study, FrozenTrial], None] | None = None,
 ) -> optuna.storages.RDBStorage:
-    """An RDBStorage for ``url`` with heartbeat and stale-trial retry; errors name the URL."""
+    """An RDBStorage for ``url``, with a heartbeat when ``heartbeat_interval_s`` is given:
+    a trial silent for ``GRACE_HEARTBEATS`` intervals is failed, then handed to
+    ``on_stale_trial`` (the budget's retry). Errors name the URL in one line."""
     url = storage_url(url)
     try:
         if url.startswith("sqlite:///"):
@@ -68,16 +88,47 @@ def open_storage(
             if heartbeat_interval_s:
                 heartbeat = {
                     "heartbeat_interval": heartbeat_interval_s,
-                    "grace_period": 3 * heartbeat_interval_s,
-                    "heartbeat_stale_trial_callback": (
-                        optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1)
-                    ),
+                    "grace_period": GRACE_HEARTBEATS * heartbeat_interval_s,
+                    "heartbeat_stale_trial_callback": on_stale_trial,
                 }
             return optuna.storages.RDBStorage(
                 url, engine_kwargs={"connect_args": _connect_args(url)}, **heartbeat
             )
     except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError, OSError) as exc:
-        raise StorageError(f"--storage {url}: cannot open: {exc}".splitlines()[0]) from exc
+        raise StorageError(unreadable_storage(url, exc, doing="cannot open")) from exc
+
+
+def unreadable_storage(url: str, exc: BaseException, *, doing: str) -> str:
+    """One line for a storage that cannot be opened or read: a damaged SQLite file says
+    so and what to do; anything else gives the database's own first line, without the
+    SQL and the link SQLAlchemy appends."""
+    cause = _root_text(exc)
+    if any(text in cause for text in _DAMAGED_SQLITE) and url.startswith("sqlite"):
+        path = make_url(url).database
+        return (
+            f"--storage {url}: {path} is damaged (SQLite: {cause}) and was left as it is; "
+            f"restore it from a backup, or salvage it with `sqlite3 {path} .recover | sqlite3 "
+            "recovered.db` and use --storage sqlite:///recovered.db"
+        )
+    return f"--storage {url}: {doing}: {cause}"
+
+
+def _root_text(exc: BaseException) -> str:
+    """The first line of the innermost cause, without SQLAlchemy's ``(module.Error)`` tag."""
+    root: BaseException = exc
+    while root.__cause__ is not None:
+        root = root.__cause__
+    if isinstance(exc, sqlalchemy.exc.DBAPIError) and exc.orig is not None:
+        root = exc.orig
+    text = (str(root).splitlines() or [type(root).__name__])[0]
+    return text.split(") ", 1)[1] if text.startswith("(") and ") " in text else text
+
+
+def is_storage_failure(exc: BaseException) -> bool:
+    """The storage stopped taking writes: a database error, or a full or read-only disk."""
+    if isinstance(exc, STORAGE_FAILURES):
+        return True
+    return isinstance(exc, OSError) and exc.errno in _DISK_ERRNOS
 
 
 def _connect_args(url: str) -> dict[str, Any]:
@@ -93,16 +144,19 @@ def storage_write_errors(url: str) -> Iterator[None]:
     """
     try:
         yield
-    except (optuna.exceptions.StorageInternalError, sqlalchemy.exc.SQLAlchemyError) as exc:
-        root: BaseException = exc
-        while root.__cause__ is not None:
-            root = root.__cause__
-        cause = (str(root).splitlines() or [type(root).__name__])[0]
-        raise StorageError(
-            f"--storage {url}: writing the study failed: {cause}. The trials stored before are "
-            "intact; make room (or fix permissions, or stop the other writer) and rerun the "
-            "same command to resume"
-        ) from exc
+    except (*STORAGE_FAILURES, OSError) as exc:
+        if not is_storage_failure(exc):
+            raise
+        raise StorageError(write_failure(url, exc)) from exc
+
+
+def write_failure(url: str, exc: BaseException) -> str:
+    """What a failed write of the study says (the run's last line, and the trial's error)."""
+    return (
+        f"--storage {url}: writing the study failed: {_root_text(exc)}. The trials stored "
+        "before are intact; make room (or fix permissions, or stop the other writer) and "
+        "rerun the same command to resume"
+    )
 
 
 def completed_count(study: optuna.Study) -> int:
