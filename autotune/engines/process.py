@@ -39,6 +39,7 @@ WATCHDOG_GRACE_S = 3.0
 POLL_S = 0.05
 _PR_SET_PDEATHSIG = 1
 _WATCHDOG_SCRIPT = Path(__file__).with_name("_watchdog.py")
+HELD_AT_FORK = (signal.SIGINT, signal.SIGTERM)  # what the CLI turns into KeyboardInterrupt
 
 # Servers started by this process and not yet stopped; read by kill_all_servers(),
 # which a signal handler calls, so it cannot be handed around as an argument.
@@ -54,32 +55,43 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 @contextlib.contextmanager
 def interrupt_after_forks() -> Iterator[None]:
-    """Hold a Ctrl-C that arrives while we fork until the block is done.
+    """Hold a Ctrl-C or SIGTERM that arrives while we fork until the block is done.
 
     Python runs fork hooks (logging's lock release) in the parent after each fork it
     makes itself (a process pool's, a ``Popen`` with ``preexec_fn``), and a
     KeyboardInterrupt raised inside one is printed and ignored: the run then went on as
-    if Ctrl-C had never been pressed. Here the signal only sets a flag meanwhile.
+    if Ctrl-C had never been pressed. The CLI turns SIGTERM into the same
+    KeyboardInterrupt, and a worker of ``run --gpus`` whose SIGTERM (its parent's
+    death) was swallowed so went on tuning alone, its servers with it. Here each signal
+    whose handler is Python's only sets a flag meanwhile.
     """
-    previous = signal.getsignal(signal.SIGINT)
-    if threading.current_thread() is not threading.main_thread() or not callable(previous):
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    pressed: list[int] = []
-    signal.signal(signal.SIGINT, lambda signum, frame: pressed.append(signum))
+    previous = {sig: signal.getsignal(sig) for sig in HELD_AT_FORK}
+    held = {sig: handler for sig, handler in previous.items() if callable(handler)}
+    arrived: list[int] = []
+    for sig in held:
+        signal.signal(sig, lambda signum, frame: arrived.append(signum))
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
-    if pressed:
-        previous(signal.SIGINT, None)  # Python's own handler: KeyboardInterrupt
+        for sig, handler in held.items():
+            signal.signal(sig, handler)
+    if arrived:
+        held[arrived[0]](arrived[0], None)  # the handler it would have run: KeyboardInterrupt
 
 
 def child_preexec() -> Callable[[], None] | None:
-    """A preexec_fn for a server: SIGINT back to its default, SIGTERM to it when we die.
+    """A preexec_fn for a server: SIGINT and SIGTERM back to their defaults, SIGTERM to it
+    when we die.
 
     A shell starts a background job (``autotune run ... &``) with SIGINT ignored and
     every child inherits that, so the server would sit out ``stop``'s graceful SIGINT.
+    SIGTERM goes back to its default before the parent-death signal is armed: if we
+    die after the check below and before the exec, the signal comes while the child
+    still has our disposition, and a Python handler (the CLI's) only sets a flag that
+    the exec forgets, an ignored one drops it: the server then ran on, watched by no one.
     None where there is no prctl (not Linux).
     """
     if not sys.platform.startswith("linux"):
@@ -90,6 +102,7 @@ def child_preexec() -> Callable[[], None] | None:
 
     def preexec() -> None:
         set_disposition(signal.SIGINT, signal.SIG_DFL)  # libc: safe off the main thread
+        set_disposition(signal.SIGTERM, signal.SIG_DFL)
         prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
         if os.getppid() != parent_pid:  # we died between fork and prctl
             os._exit(1)
