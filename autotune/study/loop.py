@@ -4,22 +4,18 @@ whose first launches all fail the same way stops there (``verdict.py``)."""
 
 from __future__ import annotations
 
-import warnings
+import time
 from collections.abc import Callable
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
 from autotune.redaction import redact_json
+from autotune.study.budget import RetryStaleTrial, TrialBudget
 from autotune.study.create import check_resumable, create_or_resume
 from autotune.study.runner import TrialRunner
 from autotune.study.spec import StudyObserver, StudySpec
-from autotune.study.storage import (
-    COUNTED_STATES,
-    completed_count,
-    open_storage,
-    storage_write_errors,
-)
+from autotune.study.storage import open_storage, storage_write_errors
 from autotune.study.verdict import VERDICT_ATTR, SameFailureWatch
 from autotune.trial.record import TrialRecord, outcome_text
 from autotune.tuner.guide import PredictionCache
@@ -30,7 +26,7 @@ from autotune.tuner.session import Tuner
 
 def run_study(spec: StudySpec, *, observer: StudyObserver | None = None) -> optuna.Study:
     """Run trials until ``n_trials`` are COMPLETE or PRUNED (resume counts earlier ones) or
-    time is up.
+    time is up: exactly ``n_trials``, over every worker (``budget.py``).
 
     Raises KeyboardInterrupt after recording the running trial as interrupted.
     """
@@ -39,7 +35,7 @@ def run_study(spec: StudySpec, *, observer: StudyObserver | None = None) -> optu
     storage = open_storage(
         spec.storage_url,
         heartbeat_interval_s=spec.heartbeat_interval_s,
-        on_stale_trial=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1),
+        on_stale_trial=RetryStaleTrial(spec.n_trials),
     )
     engine_version = spec.engine.version()
     check_resumable(spec, storage, engine_version)
@@ -73,8 +69,16 @@ def _run_study(
     if isinstance(cache, CachedPredictions) and tuner.guide is not None and not spec.join:
         # Before any worker starts: they, and a resume, read the warm start from here.
         cache.store(study, [candidate.key for candidate in tuner.guide.candidates])
+    deadline = None if spec.timeout_s is None else time.monotonic() + spec.timeout_s
+    budget = TrialBudget(
+        study,
+        storage,
+        spec.n_trials,
+        deadline=deadline,
+        say=observer.on_phase if observer else None,
+    )
     if spec.join:
-        return _join(spec, study, engine_version, observer, tuner)
+        return _join(spec, study, engine_version, observer, tuner, budget)
     if spec.run_options is not None:  # the latest run's options: what workers join with
         study.set_user_attr("run_options", redact_json(spec.run_options))
     if study.user_attrs.get(VERDICT_ATTR):  # an earlier run's: this one judges afresh
@@ -84,52 +88,67 @@ def _run_study(
         study.enqueue_trial(
             baseline, user_attrs=TrialRecord(is_baseline=True).attrs(), skip_if_exists=True
         )
-    if completed_count(study) == 0:
+    with storage_write_errors(spec.storage_url):
+        counted = budget.settle().counted  # a killed run's trials first, whatever the count
+    if counted == 0:
         tuner.describe_warm_start(study)
-
-    remaining = None if spec.n_trials is None else spec.n_trials - completed_count(study)
+    remaining = None if spec.n_trials is None else spec.n_trials - counted
     if remaining is not None and remaining <= 0:
         return study
     if spec.workers is not None:
         spec.workers()
-        with warnings.catch_warnings():  # a worker killed at the end leaves its trial RUNNING
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            optuna.storages.fail_stale_trials(study)
-    runner = TrialRunner(spec, study, engine_version, observer, tuner)
+        with storage_write_errors(spec.storage_url):
+            budget.settle()  # a worker killed at the end leaves its trial RUNNING
+    runner = TrialRunner(spec, study, engine_version, observer, tuner, budget=budget)
     watch = SameFailureWatch(study)
-    callbacks = [runner.between_trials.trial_ended, watch, *_callbacks(spec, observer)]
+    callbacks = [runner.between_trials.trial_ended, watch, *_observer_callbacks(observer)]
     # FAIL trials (our own errors) do not count towards n_trials, but a run of
     # them must not loop forever: attempts are capped.
     max_attempts = None if remaining is None else 2 * remaining + 5
     with storage_write_errors(spec.storage_url), runner.between_trials.holding():
         if spec.workers is None:
-            study.optimize(
-                runner,
-                n_trials=max_attempts,
-                timeout=spec.timeout_s,
-                callbacks=callbacks,
-                catch=(Exception,),
+            _optimize(
+                study, runner, budget, callbacks, n_trials=max_attempts, timeout_s=spec.timeout_s
             )
         timed = spec.n_trials is None and watch.verdict is None
         if timed and tuner.confirm_slots:  # a timed run: re-measure after it
             tuner.closing = True
-            study.optimize(
-                runner, n_trials=tuner.confirm_slots, callbacks=callbacks, catch=(Exception,)
-            )
+            _optimize(study, runner, budget, callbacks, n_trials=tuner.confirm_slots)
         tuner.store_crown(study)
     return study
 
 
-def _callbacks(spec: StudySpec, observer: StudyObserver | None) -> list[Callable[..., None]]:
-    """Stop at ``n_trials`` counted trials; report each trial's end."""
-    callbacks = []
-    if spec.n_trials is not None:
-        callbacks.append(optuna.study.MaxTrialsCallback(spec.n_trials, states=COUNTED_STATES))
-    if observer is not None:
-        callbacks.append(
-            lambda study, trial: observer.on_trial_end(trial, trial_outcome(trial), study)
-        )
-    return callbacks
+def _optimize(
+    study: optuna.Study,
+    runner: TrialRunner,
+    budget: TrialBudget,
+    callbacks: list[Callable[[optuna.Study, FrozenTrial], None]],
+    *,
+    n_trials: int | None,
+    timeout_s: float | None = None,
+) -> None:
+    """``study.optimize`` with the budget's gate before each trial (the last callback); a
+    storage that failed while a trial was recorded is raised once the loop has stopped."""
+    try:
+        if budget.next_slot():
+            study.optimize(
+                runner,
+                n_trials=n_trials,
+                timeout=timeout_s,
+                callbacks=[*callbacks, budget.after_trial],
+                catch=(Exception,),
+            )
+    finally:
+        budget.release()
+    if runner.storage_failure is not None:
+        raise runner.storage_failure
+
+
+def _observer_callbacks(observer: StudyObserver | None) -> list[Callable[..., None]]:
+    """Report each trial's end."""
+    if observer is None:
+        return []
+    return [lambda study, trial: observer.on_trial_end(trial, trial_outcome(trial), study)]
 
 
 def _join(
@@ -138,43 +157,31 @@ def _join(
     engine_version: str,
     observer: StudyObserver | None,
     tuner: Tuner,
+    budget: TrialBudget,
 ) -> optuna.Study:
     """A worker's share: trials until the study has ``n_trials`` counted ones (over every
     worker); the process that set the study up seeds and confirms it."""
-    under_way = (*COUNTED_STATES, TrialState.RUNNING)  # a late joiner counts running ones
-    under = len(study.get_trials(deepcopy=False, states=under_way))
-    remaining = None if spec.n_trials is None else spec.n_trials - under
+    with storage_write_errors(spec.storage_url):
+        counted = budget.settle().counted
+    remaining = None if spec.n_trials is None else spec.n_trials - counted
     if remaining is not None and remaining <= 0:
         return study
-    runner = TrialRunner(spec, study, engine_version, observer, tuner)
-    callbacks = _callbacks(spec, observer)
-    if spec.n_trials:  # this worker's share, not Optuna's count of finished trials
-        callbacks = [_stop_at_budget(spec.n_trials), *callbacks[1:]]
-    with runner.between_trials.holding():
-        study.optimize(
+    runner = TrialRunner(spec, study, engine_version, observer, tuner, budget=budget)
+    callbacks = [
+        runner.between_trials.trial_ended,
+        SameFailureWatch(study),
+        *_observer_callbacks(observer),
+    ]
+    with storage_write_errors(spec.storage_url), runner.between_trials.holding():
+        _optimize(
+            study,
             runner,
+            budget,
+            callbacks,
             n_trials=None if remaining is None else 2 * remaining + 5,
-            timeout=spec.timeout_s,
-            callbacks=[runner.between_trials.trial_ended, SameFailureWatch(study), *callbacks],
-            catch=(Exception,),
+            timeout_s=spec.timeout_s,
         )
     return study
-
-
-def _stop_at_budget(n_trials: int) -> Callable[[optuna.Study, FrozenTrial], None]:
-    """Stop once counted trials plus those other workers are running reach ``n_trials``:
-    Optuna's MaxTrialsCallback counts finished ones only, so each worker but the last
-    would start one trial too many."""
-
-    def stop(study: optuna.Study, trial: FrozenTrial) -> None:
-        with warnings.catch_warnings():  # a dead worker's trial is not running any more
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            optuna.storages.fail_stale_trials(study)
-        states = (*COUNTED_STATES, TrialState.RUNNING)
-        if len(study.get_trials(deepcopy=False, states=states)) >= n_trials:
-            study.stop()
-
-    return stop
 
 
 def open_prediction_cache(

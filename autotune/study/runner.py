@@ -4,6 +4,7 @@ score, record; the trial's attrs, constraints and artifacts."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import tempfile
@@ -20,7 +21,9 @@ from autotune.redaction import redact_file
 from autotune.replay.load_policy import Progress
 from autotune.replay.stats import records_frame
 from autotune.study.between_trials import BetweenTrials
+from autotune.study.budget import TrialBudget
 from autotune.study.spec import StudyObserver, StudySpec, prunes, slug
+from autotune.study.storage import STORAGE_FAILURES, is_storage_failure, root_cause_text
 from autotune.trial.objective import Goal, Score, request_slo, score
 from autotune.trial.pruning import PruneJudge
 from autotune.trial.record import TrialRecord
@@ -40,15 +43,22 @@ class TrialRunner:
         engine_version: str,
         observer: StudyObserver | None,
         tuner: Tuner,
+        *,
+        budget: TrialBudget | None = None,
     ) -> None:
         self.spec = spec
         self.tuner = tuner
         self.study = study
         self.engine_version = engine_version
         self.observer = observer
+        self.budget = budget
         self.artifacts = FileSystemArtifactStore(str(_ensure_dir(spec.artifacts_dir)))
         self.baseline = spec.space.baseline_params(engine_version)
         self.between_trials = BetweenTrials()
+        if budget is not None:  # an interrupt held while it waits for other workers
+            budget.interrupted = self.between_trials.raise_pending
+        # Set when the storage failed while a trial was recorded; the loop raises it.
+        self.storage_failure: BaseException | None = None
         tuner.rebuild(study, lambda params: config_key(self._config(params)))
 
     def _baseline_seen(self) -> bool:
@@ -64,11 +74,11 @@ class TrialRunner:
         spec = self.spec
         enqueued = TrialRecord.read(trial.user_attrs)  # is_baseline / retry_of, if enqueued
         try:
+            self._claim(trial)
             self.between_trials.trial_started()  # an interrupt held since the last trial
             role = self.tuner.role_of(trial.number)  # a warm-start seed or a re-measurement
             if role is not None:
                 TrialRecord(**role.attrs()).write(trial)
-            TrialRecord(worker=worker_name()).write(trial)
             params = spec.space.suggest(trial, self.engine_version)
             is_baseline = enqueued.is_baseline or (
                 params == self.baseline and not self._baseline_seen()
@@ -93,15 +103,41 @@ class TrialRunner:
                 retry = TrialRecord(is_baseline=enqueued.is_baseline, retry_of=trial.number)
                 self.study.enqueue_trial(params_to_retry, user_attrs=retry.attrs())
             raise
-        values = self._finish(trial, result, is_baseline, enqueued.retry_of)
-        listed = values if isinstance(values, list) else [values]
-        self.tuner.record(
-            trial, key, listed if trial.user_attrs.get("measured") else None, trial.constraints
-        )
-        self.tuner.store_crown(self.study)  # what the live display and `show` quote now
+        try:
+            values = self._finish(trial, result, is_baseline, enqueued.retry_of)
+            listed = values if isinstance(values, list) else [values]
+            self.tuner.record(
+                trial, key, listed if trial.user_attrs.get("measured") else None, trial.constraints
+            )
+            self.tuner.store_crown(self.study)  # what the live display and `show` quote now
+        except Exception as exc:
+            self._recording_failed(trial, exc)
+            raise
         if result.outcome_override == Outcome.PRUNED:
             raise optuna.TrialPruned(result.stats.stopped_early if result.stats else None)
         return values
+
+    def _claim(self, trial: optuna.Trial) -> None:
+        """The trial's first act: the budget's claim (a heartbeat, its lock let go), then who
+        runs it; a RUNNING trial that names no worker never got this far."""
+        if self.budget is not None:
+            self.budget.claim(trial)
+        TrialRecord(worker=worker_name()).write(trial)
+
+    def _recording_failed(self, trial: optuna.Trial, exc: Exception) -> None:
+        """The trial ran, but storing what it measured failed: its outcome says why (not
+        the ``ok`` already written), as far as the storage still takes a short write. A
+        storage that stopped taking writes also stops the study (the loop raises it)."""
+        storage_failed = is_storage_failure(exc)
+        outcome = Outcome.STORAGE_ERROR if storage_failed else Outcome.OWN_ERROR
+        if storage_failed:  # short: the fuller the disk, the fewer bytes still fit
+            error = f"storing the trial failed: {root_cause_text(exc)}"
+            self.storage_failure = exc
+            self.study.stop()
+        else:
+            error = f"{type(exc).__name__}: {exc}"[:2000]
+        with contextlib.suppress(*STORAGE_FAILURES):
+            TrialRecord(outcome=outcome, error=error).write(trial)
 
     def _repeat(self, trial: optuna.Trial, twin: Any) -> float | list[float]:
         """No launch: this effective config was measured in trial ``twin.first_trial``."""

@@ -102,7 +102,7 @@ def unreadable_storage(url: str, exc: BaseException, *, doing: str) -> str:
     """One line for a storage that cannot be opened or read: a damaged SQLite file says
     so and what to do; anything else gives the database's own first line, without the
     SQL and the link SQLAlchemy appends."""
-    cause = _root_text(exc)
+    cause = root_cause_text(exc)
     if any(text in cause for text in _DAMAGED_SQLITE) and url.startswith("sqlite"):
         path = make_url(url).database
         return (
@@ -113,7 +113,7 @@ def unreadable_storage(url: str, exc: BaseException, *, doing: str) -> str:
     return f"--storage {url}: {doing}: {cause}"
 
 
-def _root_text(exc: BaseException) -> str:
+def root_cause_text(exc: BaseException) -> str:
     """The first line of the innermost cause, without SQLAlchemy's ``(module.Error)`` tag."""
     root: BaseException = exc
     while root.__cause__ is not None:
@@ -153,7 +153,7 @@ def storage_write_errors(url: str) -> Iterator[None]:
 def write_failure(url: str, exc: BaseException) -> str:
     """What a failed write of the study says (the run's last line, and the trial's error)."""
     return (
-        f"--storage {url}: writing the study failed: {_root_text(exc)}. The trials stored "
+        f"--storage {url}: writing the study failed: {root_cause_text(exc)}. The trials stored "
         "before are intact; make room (or fix permissions, or stop the other writer) and "
         "rerun the same command to resume"
     )

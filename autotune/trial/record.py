@@ -45,7 +45,9 @@ class TrialRecord(BaseModel):
     )
     is_baseline: bool = Field(False, description="true for the space's baseline config")
     retry_of: int | None = Field(
-        None, description="the number of the interrupted trial this one re-runs, or null"
+        None,
+        description="the number of the trial this one re-runs, interrupted (Ctrl-C, SIGTERM) or "
+        "killed (its heartbeat went stale), or null",
     )
     config: TrialConfig | None = Field(
         None,

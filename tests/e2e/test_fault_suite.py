@@ -21,6 +21,7 @@ from optuna.trial import TrialState
 
 from autotune.results.reader import load_study
 from autotune.sim.server.faults import FAULT_SCHEDULE_ENV
+from autotune.trial.record import TrialRecord
 from tests.e2e.conftest import (
     REPO,
     SAMPLE_WORKLOAD,
@@ -184,6 +185,45 @@ def test_killed_or_stopped_autotune_leaves_nothing_and_resumes(
     tmp_path: Path, spawn, sig: int, when: str
 ) -> None:
     _kill_then_resume(tmp_path, spawn, sig, when)
+
+
+@pytest.mark.faults
+@pytest.mark.timeout(400)
+def test_kill_9_during_the_last_trial_then_an_immediate_rerun_makes_the_budget_exactly(
+    tmp_path: Path, spawn
+) -> None:
+    """The rerun starts while the killed trial's heartbeat is still fresh (10 s, stale at
+    30 s), with one trial of the budget left. It returned before the stale-trial check
+    once it had run a new trial: the killed one stayed RUNNING for good."""
+    args = run_args(tmp_path / "autotune.db", 2, "--heartbeat-interval", "10")
+    process = spawn(*args, cwd=tmp_path)
+
+    def last_trial_serving() -> bool:
+        log = tmp_path / "runs" / "faults" / "trial-0001" / "server.log"
+        return log.exists() and "Application startup complete" in log.read_text()
+
+    assert wait_for(last_trial_serving, timeout_s=150), output(tmp_path)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait(timeout=10)
+    url = f"sqlite:///{tmp_path / 'autotune.db'}"
+    killed = optuna.load_study(study_name="faults", storage=url).trials[1]
+    assert killed.state == TrialState.RUNNING
+
+    rerun = subprocess.run(autotune_argv(*args), cwd=tmp_path, capture_output=True, timeout=200)
+    assert rerun.returncode == 0, rerun.stdout.decode() + rerun.stderr.decode()
+    study = optuna.load_study(study_name="faults", storage=url)
+    assert [t.state for t in study.trials] == [
+        TrialState.COMPLETE, TrialState.FAIL, TrialState.COMPLETE
+    ]  # fmt: skip
+    assert b"waiting for it to end" in rerun.stdout, rerun.stdout.decode()
+    retry = study.trials[2]
+    assert TrialRecord.read(retry.user_attrs).retry_of == 1
+    assert retry.params == killed.params
+    assert processes_in(tmp_path) == []
+
+    again = subprocess.run(autotune_argv(*args), cwd=tmp_path, capture_output=True, timeout=200)
+    assert again.returncode == 0, again.stdout.decode() + again.stderr.decode()
+    assert len(optuna.load_study(study_name="faults", storage=url).trials) == 3  # nothing more
 
 
 @pytest.mark.faults

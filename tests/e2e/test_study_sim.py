@@ -176,6 +176,7 @@ def test_kill_9_leaves_no_server_and_the_rerun_recovers_the_trial(tmp_path: Path
     retried = [t for t in complete if t.system_attrs.get("failed_trial") == killed]
     assert len(retried) == 1
     assert retried[0].params == failed[0].params
+    assert record(retried[0]).retry_of == killed  # as after Ctrl-C (docs/architecture.md)
 
 
 @pytest.mark.timeout(200)
