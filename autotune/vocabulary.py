@@ -45,6 +45,7 @@ class Outcome(StrEnum):
     RULE_VIOLATED = "rule-violated"  # the space's rules reject the config
     INTERRUPTED = "interrupted"
     OWN_ERROR = "error"  # autotune itself failed (a FAIL trial; the reason is stored)
+    STORAGE_ERROR = "storage-error"  # the study's storage failed while the trial was recorded
     NO_REQUESTS = "no-requests"  # the replay completed nothing
     TRIAL_TIMEOUT = "trial-timeout"  # the trial ran past its time limit (--trial-timeout)
     DUPLICATE = "duplicate"  # the same launch as an earlier trial: its result, no launch

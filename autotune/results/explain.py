@@ -29,7 +29,7 @@ FULL_KV_USAGE = 0.95  # a KV pool this full evicts cached prefixes
 LONG_LIST = 6  # lists longer than this are shortened in sentences
 MIN_TRIALS_FOR_IMPORTANCE = 5  # PED-ANOVA's docs ask for at least 5 good trials; fewer is noise
 # Our own failures (autotune's, not the server's) say nothing about memory.
-NOT_RUN = frozenset({None, Outcome.OWN_ERROR, Outcome.INTERRUPTED})
+NOT_RUN = frozenset({None, Outcome.OWN_ERROR, Outcome.STORAGE_ERROR, Outcome.INTERRUPTED})
 
 
 class Section(BaseModel):

@@ -124,16 +124,29 @@ def small_filesystem(directory: Path, size: str) -> Iterator[None]:
 @pytest.mark.faults
 @pytest.mark.timeout(300)
 def test_a_full_disk_mid_study_is_one_line_and_the_stored_trials_survive(tmp_path: Path) -> None:
-    """The disk holds ~2 trials: the run stops with one line, a rerun with room resumes."""
+    """The disk holds ~2 trials: the run stops with one line, a rerun with room resumes.
+    The trial whose record the disk cut short reads as the storage failure it was (it
+    read `ok: no measurement`, a FAIL trial with outcome ok)."""
     disk = tmp_path / "disk"
     db = disk / "a.db"
     with small_filesystem(disk, "200k"):
-        line = one_error_line(run(db, 8, tmp_path))
+        done = run(db, 8, tmp_path)
+        line = one_error_line(done)
         assert "writing the study failed" in line and "rerun" in line, line
         assert processes_in(tmp_path) == []
         study = optuna.load_study(study_name="s", storage=f"sqlite:///{db}")
         stored = study.get_trials(states=(TrialState.COMPLETE,))
         assert stored and all(TrialRecord.read(t.user_attrs).outcome for t in stored)
+        cut_short = study.get_trials(states=(TrialState.FAIL,))
+        assert cut_short, [t.state for t in study.trials]
+        outcomes = [TrialRecord.read(t.user_attrs).outcome for t in cut_short]
+        assert outcomes == ["storage-error"] * len(cut_short), outcomes
+        ended = [
+            text for text in done.stdout.splitlines() if f"trial {cut_short[0].number} [" in text
+        ]
+        assert "storage-error" in ended[-1] and " ok" not in ended[-1], ended
+        rows = load_study(f"sqlite:///{db}", "s").trials
+        assert [row.outcome_text for row in rows if row.state == "FAIL"] == outcomes
         subprocess.run(["mount", "-o", "remount,size=4m", str(disk)], check=True)
         assert run(db, len(stored) + 1, tmp_path).returncode == 0  # room again: it resumes
         loaded = load_study(f"sqlite:///{db}", "s")
