@@ -19,9 +19,9 @@ from autotune.cli._run_output import RunOutput
 from autotune.cli.run import run_with_output
 from autotune.defaults import DEFAULT_STORAGE_URL
 from autotune.errors import InputError
-from autotune.study import open_storage, run_log_path
+from autotune.study import open_storage, run_log_path, worker_name
 from autotune.study.setup import RunOptions, prepare_study
-from autotune.study.workers import check_hardware, refuse_sqlite
+from autotune.study.workers import check_hardware, refuse_sqlite, worker_seed
 
 
 def register(app: typer.Typer) -> None:
@@ -74,6 +74,7 @@ def worker(
     spec = prepare_study(options, say=found.append)
     check_hardware(attrs.get("hardware"), spec.engine.hardware(), allow=allow_other_hardware)
     spec.join = True
+    spec.seed = worker_seed(spec.seed, worker_name())
     output = RunOutput(out, run_log_path(spec))
     try:
         run_with_output(spec, output, found, resuming=True, summary=not no_summary)

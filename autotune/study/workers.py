@@ -14,6 +14,7 @@ and the very same command joins the study from other hosts.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import subprocess
@@ -23,7 +24,7 @@ from collections.abc import Callable
 
 from sqlalchemy.engine import make_url
 
-from autotune.engines.process import child_preexec
+from autotune.engines.process import child_preexec, interrupt_after_forks
 from autotune.errors import InputError
 from autotune.vocabulary import HardwareFingerprint
 
@@ -71,6 +72,16 @@ def check_hardware(study_hardware: dict | None, ours: HardwareFingerprint, *, al
         )
 
 
+def worker_seed(seed: int | None, worker: str) -> int | None:
+    """This worker's own sampler seed, drawn from ``--seed`` and the worker's name
+    (``host:pid gpus G``). Each worker builds its own sampler: with the study's seed they
+    all drew the same stream and proposed the same configs in lockstep."""
+    if seed is None:
+        return None
+    digest = hashlib.sha256(f"{seed} {worker}".encode()).digest()
+    return int.from_bytes(digest[:4], "big")
+
+
 def worker_argv(storage_url: str, study: str, group: str) -> list[str]:
     """The command one local worker runs (the same as on another host, plus its group)."""
     return [
@@ -90,20 +101,21 @@ def run_workers(
     """
     workers: dict[str, subprocess.Popen[str]] = {}
     relays = []
-    for group in groups:
-        process = subprocess.Popen(
-            worker_argv(storage_url, study, group),
-            env={**os.environ, "CUDA_VISIBLE_DEVICES": group},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            preexec_fn=child_preexec(),
-        )
-        workers[group] = process
-        relay = threading.Thread(target=_relay, args=(process, f"[gpus {group}] ", say))
-        relay.start()
-        relays.append(relay)
     try:
+        with interrupt_after_forks():  # an interrupt while forking: raised once all started
+            for group in groups:
+                process = subprocess.Popen(
+                    worker_argv(storage_url, study, group),
+                    env={**os.environ, "CUDA_VISIBLE_DEVICES": group},
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    preexec_fn=child_preexec(),
+                )
+                workers[group] = process
+                relay = threading.Thread(target=_relay, args=(process, f"[gpus {group}] ", say))
+                relay.start()
+                relays.append(relay)
         codes = {group: process.wait() for group, process in workers.items()}
     except KeyboardInterrupt:
         _interrupt(list(workers.values()))

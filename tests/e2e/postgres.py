@@ -75,12 +75,9 @@ def postgres_server() -> Iterator[str]:
     with (root / "server.log").open("wb") as log:
         server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not (root / f".s.PGSQL.{port}").exists():
-            assert server.poll() is None, (root / "server.log").read_text()
-            assert time.monotonic() < deadline, "PostgreSQL did not start"
-            time.sleep(0.1)
-        yield f"postgresql://autotune@/{{database}}?host={root}&port={port}"
+        url = f"postgresql://autotune@/{{database}}?host={root}&port={port}"
+        _wait_accepting(url.format(database="postgres"), server, root / "server.log")
+        yield url
     finally:
         server.send_signal(signal.SIGINT)  # fast shutdown
         try:
@@ -89,6 +86,22 @@ def postgres_server() -> Iterator[str]:
             server.kill()
             server.wait()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _wait_accepting(url: str, server: subprocess.Popen[bytes], log: Path) -> None:
+    """Until the server takes connections: its socket appears while it still says "the
+    database system is starting up"."""
+    import psycopg
+
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        assert server.poll() is None, log.read_text()
+        try:
+            psycopg.connect(url).close()
+            return
+        except psycopg.OperationalError:
+            assert time.monotonic() < deadline, "PostgreSQL did not start"
+            time.sleep(0.1)
 
 
 def create_database(server_url: str) -> str:
