@@ -13,6 +13,8 @@ import os
 import signal
 import subprocess
 import sys
+import time
+import warnings
 from pathlib import Path
 
 import optuna
@@ -224,6 +226,44 @@ def test_kill_9_during_the_last_trial_then_an_immediate_rerun_makes_the_budget_e
     again = subprocess.run(autotune_argv(*args), cwd=tmp_path, capture_output=True, timeout=200)
     assert again.returncode == 0, again.stdout.decode() + again.stderr.decode()
     assert len(optuna.load_study(study_name="faults", storage=url).trials) == 3  # nothing more
+
+
+@pytest.mark.faults
+@pytest.mark.timeout(300)
+def test_stale_trials_are_failed_first_whatever_the_count(tmp_path: Path) -> None:
+    """A RUNNING trial killed before it named its worker has no heartbeat Optuna could
+    find stale, and one left by an older autotune outlived a budget that was met: both
+    stayed RUNNING for good. Heartbeat 1 s: stale after 3 s."""
+    args = run_args(tmp_path / "autotune.db", 1, "--heartbeat-interval", "1")
+    url = f"sqlite:///{tmp_path / 'autotune.db'}"
+
+    def rerun(trials: int) -> optuna.Study:
+        args[args.index("--trials") + 1] = str(trials)
+        done = subprocess.run(autotune_argv(*args), cwd=tmp_path, capture_output=True, timeout=200)
+        assert done.returncode == 0, done.stdout.decode() + done.stderr.decode()
+        return optuna.load_study(study_name="faults", storage=url)
+
+    study = rerun(1)
+    study.ask()  # killed between Optuna's creating it and its first act: no worker, no heartbeat
+    time.sleep(3.5)
+    study = rerun(2)
+    assert [t.state for t in study.trials] == [
+        TrialState.COMPLETE, TrialState.FAIL, TrialState.COMPLETE
+    ]  # fmt: skip
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        storage = optuna.storages.RDBStorage(url, heartbeat_interval=1)
+    left = study.ask()  # then a killed trial that had started: a heartbeat, then silence
+    left.suggest_float("kv_cache_memory_gib", 8.0, 10.0, step=1.0)
+    left.set_user_attr("worker", "elsewhere:1")
+    storage.record_heartbeat(left._trial_id)
+    time.sleep(3.5)
+    study = rerun(2)  # the budget is met: the stale trial is failed, not retried
+    assert [t.state for t in study.trials] == [
+        TrialState.COMPLETE, TrialState.FAIL, TrialState.COMPLETE, TrialState.FAIL
+    ]  # fmt: skip
+    assert processes_in(tmp_path) == []
 
 
 @pytest.mark.faults
