@@ -147,16 +147,11 @@ def storage_write_errors(url: str) -> Iterator[None]:
     except (*STORAGE_FAILURES, OSError) as exc:
         if not is_storage_failure(exc):
             raise
-        raise StorageError(write_failure(url, exc)) from exc
-
-
-def write_failure(url: str, exc: BaseException) -> str:
-    """What a failed write of the study says (the run's last line, and the trial's error)."""
-    return (
-        f"--storage {url}: writing the study failed: {root_cause_text(exc)}. The trials stored "
-        "before are intact; make room (or fix permissions, or stop the other writer) and "
-        "rerun the same command to resume"
-    )
+        raise StorageError(
+            f"--storage {url}: writing the study failed: {root_cause_text(exc)}. The trials "
+            "stored before are intact; make room (or fix permissions, or stop the other "
+            "writer) and rerun the same command to resume"
+        ) from exc
 
 
 def completed_count(study: optuna.Study) -> int:
