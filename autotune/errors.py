@@ -21,6 +21,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import sqlalchemy.exc
+from sqlalchemy.engine import make_url
+
 if TYPE_CHECKING:
     from autotune.vocabulary import Failure
 
@@ -75,3 +78,38 @@ class ServerNotAnswering(ReplayError):
     Raised by ``autotune replay``'s replays only: in a trial the trial's time limit
     decides (outcome ``trial-timeout``).
     """
+
+
+# Translating a storage's own errors (SQLAlchemy's, SQLite's) into one line, where they enter.
+# What SQLite says of a file that is not (or no longer) a whole database.
+_DAMAGED_SQLITE = (
+    "file is not a database",
+    "database disk image is malformed",
+    "file is encrypted",
+)
+
+
+def unreadable_storage(url: str, exc: BaseException, *, doing: str) -> str:
+    """One line for a storage that cannot be opened or read: a damaged SQLite file says
+    so and what to do; anything else gives the database's own first line, without the
+    SQL and the link SQLAlchemy appends."""
+    cause = root_cause_text(exc)
+    if any(text in cause for text in _DAMAGED_SQLITE) and url.startswith("sqlite"):
+        path = make_url(url).database
+        return (
+            f"--storage {url}: {path} is damaged (SQLite: {cause}) and was left as it is; "
+            f"restore it from a backup, or salvage it with `sqlite3 {path} .recover | sqlite3 "
+            "recovered.db` and use --storage sqlite:///recovered.db"
+        )
+    return f"--storage {url}: {doing}: {cause}"
+
+
+def root_cause_text(exc: BaseException) -> str:
+    """The first line of the innermost cause, without SQLAlchemy's ``(module.Error)`` tag."""
+    root: BaseException = exc
+    while root.__cause__ is not None:
+        root = root.__cause__
+    if isinstance(exc, sqlalchemy.exc.DBAPIError) and exc.orig is not None:
+        root = exc.orig
+    text = (str(root).splitlines() or [type(root).__name__])[0]
+    return text.split(") ", 1)[1] if text.startswith("(") and ") " in text else text

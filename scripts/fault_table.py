@@ -156,16 +156,33 @@ class Outcome:
     exit_codes: list[int | None] = field(default_factory=list)
 
 
-def run_argv(fault: Fault, storage: str) -> list[str]:
+# The run's tuner, load, simulator and engine details: a settings file where the code
+# reads one (``--tuner``), else the options the code before the settings file took.
+SETTINGS = {
+    "dedup": False, "warm_start": 0, "confirm": 0, "seed": 1,
+    "simulator": {"time_scale": 50}, "load": {"max_requests": 8},
+    "engine": {"startup_timeout_s": 5.0},
+}  # fmt: skip
+OLD_OPTIONS = [
+    "--no-dedup", "--warm-start", "0", "--confirm", "0", "--seed", "1", "--time-scale", "50",
+    "--max-requests", "8", "--startup-timeout", "5s",
+]  # fmt: skip
+
+
+def run_argv(fault: Fault, storage: str, workdir: Path, code: Path | None) -> list[str]:
     gpus = ["--gpus", ",".join(map(str, range(fault.workers)))] if fault.workers > 1 else []
+    if ((code or REPO) / "autotune" / "tuner" / "settings_file.py").exists():
+        settings = workdir / "tuner.yaml"
+        settings.write_text(json.dumps(SETTINGS))  # JSON is YAML
+        details = ["--tuner", str(settings)]
+    else:
+        details = OLD_OPTIONS
     return [
         sys.executable, "-m", "autotune", "run",
         "--workload", str(WORKLOAD), "--engine", "sim", "--hardware", "rtx4080s-32g",
         "--model", "qwen3.6-27b-awq", "--space", str(SPACE),
-        "--storage", storage, "--study", STUDY,
-        "--sampler", "random", "--no-dedup", "--warm-start", "0", "--confirm", "0",
-        "--seed", "1", "--time-scale", "50", "--max-requests", "8", "--concurrency", "4",
-        "--startup-timeout", "5s", "--trials", str(fault.trials), *gpus, *fault.options,
+        "--storage", storage, "--study", STUDY, "--sampler", "random", "--concurrency", "4",
+        *details, "--trials", str(fault.trials), *gpus, *fault.options,
     ]  # fmt: skip
 
 
@@ -174,7 +191,7 @@ def one_run(fault: Fault, workdir: Path, storage: str, code: Path | None) -> Out
     env = {**os.environ, FAULT_SCHEDULE_ENV: str(workdir / "faults.txt"), "COLUMNS": "200"}
     if code is not None:
         env["PYTHONPATH"] = str(code)
-    argv = run_argv(fault, storage)
+    argv = run_argv(fault, storage, workdir, code)
     handle = optuna.storages.RDBStorage(storage_url(storage))
     outcome = Outcome()
     helpers: list[subprocess.Popen[bytes]] = []

@@ -22,8 +22,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from autotune.defaults import DEFAULT_STORAGE_URL, default_artifact_dir
-from autotune.errors import InputError, StorageError
-from autotune.study.storage import unreadable_storage
+from autotune.errors import InputError, StorageError, unreadable_storage
 from autotune.trial.objective import ObjectiveName
 from autotune.trial.record import TrialRecord, outcome_text
 from autotune.tuner.record import TunerStudyRecord, Winner

@@ -17,13 +17,14 @@ from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 from optuna.trial import TrialState
 
 from autotune.config.trial_config import TrialConfig
+from autotune.errors import root_cause_text
 from autotune.redaction import redact_file
 from autotune.replay.load_policy import Progress
 from autotune.replay.stats import records_frame
 from autotune.study.between_trials import BetweenTrials
 from autotune.study.budget import TrialBudget
 from autotune.study.spec import StudyObserver, StudySpec, prunes, slug
-from autotune.study.storage import STORAGE_FAILURES, is_storage_failure, root_cause_text
+from autotune.study.storage import STORAGE_FAILURES, is_storage_failure
 from autotune.trial.objective import Goal, Score, request_slo, score
 from autotune.trial.pruning import PruneJudge
 from autotune.trial.record import TrialRecord

@@ -14,7 +14,7 @@ import sqlalchemy.exc
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import make_url
 
-from autotune.errors import StorageError
+from autotune.errors import StorageError, root_cause_text, unreadable_storage
 from autotune.study.spec import StudySpec
 
 # Trials that spent a launch of the --trials budget: measured, failed, or pruned early.
@@ -27,12 +27,6 @@ STORAGE_FAILURES: tuple[type[BaseException], ...] = (
     sqlalchemy.exc.SQLAlchemyError,
 )
 _DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
-# What SQLite says of a file that is not (or no longer) a whole database.
-_DAMAGED_SQLITE = (
-    "file is not a database",
-    "database disk image is malformed",
-    "file is encrypted",
-)
 
 
 def storage_url_of(text: str) -> str:
@@ -96,32 +90,6 @@ def open_storage(
             )
     except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError, OSError) as exc:
         raise StorageError(unreadable_storage(url, exc, doing="cannot open")) from exc
-
-
-def unreadable_storage(url: str, exc: BaseException, *, doing: str) -> str:
-    """One line for a storage that cannot be opened or read: a damaged SQLite file says
-    so and what to do; anything else gives the database's own first line, without the
-    SQL and the link SQLAlchemy appends."""
-    cause = root_cause_text(exc)
-    if any(text in cause for text in _DAMAGED_SQLITE) and url.startswith("sqlite"):
-        path = make_url(url).database
-        return (
-            f"--storage {url}: {path} is damaged (SQLite: {cause}) and was left as it is; "
-            f"restore it from a backup, or salvage it with `sqlite3 {path} .recover | sqlite3 "
-            "recovered.db` and use --storage sqlite:///recovered.db"
-        )
-    return f"--storage {url}: {doing}: {cause}"
-
-
-def root_cause_text(exc: BaseException) -> str:
-    """The first line of the innermost cause, without SQLAlchemy's ``(module.Error)`` tag."""
-    root: BaseException = exc
-    while root.__cause__ is not None:
-        root = root.__cause__
-    if isinstance(exc, sqlalchemy.exc.DBAPIError) and exc.orig is not None:
-        root = exc.orig
-    text = (str(root).splitlines() or [type(root).__name__])[0]
-    return text.split(") ", 1)[1] if text.startswith("(") and ") " in text else text
 
 
 def is_storage_failure(exc: BaseException) -> bool:

@@ -221,8 +221,10 @@ def test_a_worker_killed_during_the_last_trial_leaves_exactly_the_budget(
     schedule.write_text("\n" * 5 + "--fault-slow-first-token-s 300\n")
     os.environ[FAULT_SCHEDULE_ENV] = str(schedule)
     try:
-        args = run_args(postgres_url, "--gpus", "0,1,2", "--trials", "6", space=FITS_SPACE)
-        args += ["--sampler", "random", "--no-dedup", "--warm-start", "0", "--confirm", "0"]
+        args = run_args(
+            postgres_url, tmp_path, "--gpus", "0,1,2", "--trials", "6", "--sampler", "random",
+            space=FITS_SPACE, settings=RANDOM,
+        )  # fmt: skip
         process = spawn(*args, cwd=tmp_path)
 
         storage = optuna.storages.RDBStorage(storage_url(postgres_url))  # one pool for the polls
@@ -276,8 +278,10 @@ def test_workers_of_a_seeded_random_study_draw_their_own_configs(
     proposed the same config as the others, in lockstep."""
     space = tmp_path / "continuous.yaml"  # no step: two draws of one value are lockstep
     space.write_text(FITS_SPACE.read_text().replace("    step: 1.0\n", ""))
-    args = run_args(postgres_url, "--gpus", "0,1,2", "--trials", "7", space=space)
-    args += ["--sampler", "random", "--no-dedup", "--warm-start", "0", "--confirm", "0"]
+    args = run_args(
+        postgres_url, tmp_path, "--gpus", "0,1,2", "--trials", "7", "--sampler", "random",
+        space=space, settings=RANDOM,
+    )  # fmt: skip
     done = subprocess.run(
         autotune_argv(*args), cwd=tmp_path, capture_output=True, text=True, timeout=280
     )

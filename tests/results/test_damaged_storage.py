@@ -44,7 +44,7 @@ COMMANDS = [
     ["compare", "qwen-4080"],
     [
         "run", "--workload", str(WORKLOAD), "--engine", "sim", "--hardware", "rtx4080s-32g",
-        "--model", "qwen3.6-27b-awq", "--trials", "1", "--warm-start", "0",
+        "--model", "qwen3.6-27b-awq", "--trials", "1", "--sampler", "random",
     ],
 ]  # fmt: skip
 
