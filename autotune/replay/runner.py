@@ -104,6 +104,25 @@ async def _sample(
     return None
 
 
+class _Silence:
+    """Since when the server has answered nothing (wall clock)."""
+
+    def __init__(self) -> None:
+        self._since = time.monotonic()
+
+    def answered(self) -> None:
+        self._since = time.monotonic()
+
+    def seconds(self) -> float:
+        return time.monotonic() - self._since
+
+    def reason(self, url: str, missed: ServerNotAnswering) -> str:
+        return (
+            f"the server at {url} stopped answering: nothing from /metrics for "
+            f"{self.seconds():.0f} s, the last try: {missed}; is it stopped (SIGSTOP) or hung?"
+        )
+
+
 async def _monitor(
     driver: HttpDriver,
     client: httpx.AsyncClient,
@@ -113,22 +132,18 @@ async def _monitor(
     scraping: bool,
     samples: list[str],
     unanswered_limit_s: float | None,
+    silence: _Silence,
 ) -> str | None:
     """Scrape /metrics every ``interval_s`` (wall); stop the run on saturation, or when
     /metrics has not answered for ``unanswered_limit_s`` (then return why)."""
-    answered = time.monotonic()
     while True:
         await asyncio.sleep(interval_s)
         missed = await _sample(driver, client, url=url, scraping=scraping, samples=samples)
         if missed is None:
-            answered = time.monotonic()
+            silence.answered()
             continue
-        silent_s = time.monotonic() - answered
-        if unanswered_limit_s is not None and silent_s >= unanswered_limit_s:
-            reason = (
-                f"the server at {url} stopped answering: nothing from /metrics for "
-                f"{silent_s:.0f} s, the last try: {missed}; is it stopped (SIGSTOP) or hung?"
-            )
+        if unanswered_limit_s is not None and silence.seconds() >= unanswered_limit_s:
+            reason = silence.reason(url, missed)
             driver.stop(reason)
             return reason
 
@@ -213,6 +228,7 @@ async def replay(
         else:
             driver = HttpDriver(**options)  # type: ignore[arg-type]
         monitor: asyncio.Task[str | None] | None = None
+        silence = _Silence()
         if not lockstep:  # in lockstep the driver samples, at modelled times
             monitor = asyncio.create_task(
                 _monitor(
@@ -223,6 +239,7 @@ async def replay(
                     scraping=before is not None,
                     samples=samples,
                     unanswered_limit_s=unanswered_limit_s,
+                    silence=silence,
                 )
             )
         unanswered: str | None = None
@@ -234,16 +251,24 @@ async def replay(
                 with contextlib.suppress(asyncio.CancelledError):
                     unanswered = await monitor
             if unanswered is None and before is not None:
-                with contextlib.suppress(ReplayError):
+                try:
                     after = await scrape(client, url)
                     server_stats = server_stats_between(before, after, samples)
+                except ServerNotAnswering as exc:
+                    if unanswered_limit_s is not None:  # it went silent and stayed so
+                        unanswered = silence.reason(url, exc)
+                except ReplayError:
+                    pass
         finally:
             if monitor is not None and not monitor.done():
                 monitor.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await monitor
-            if isinstance(driver, LockstepDriver):
-                await driver.release()  # after the last scrape: nothing moved in between
+        if isinstance(driver, LockstepDriver):
+            # After the last scrape: nothing moved in between. Not on the way out of a
+            # cancelled (timed-out) replay: that server is about to be stopped, and a
+            # hung one would hold the trial another call timeout.
+            await driver.release()
         if unanswered is not None:
             raise ServerNotAnswering(unanswered)
     records = sorted(driver.records, key=lambda record: record.send_s)

@@ -103,7 +103,8 @@ def test_autotune_replay_gives_up_on_a_server_stopped_mid_replay(
     stopped_sim: tuple[str, subprocess.Popen[bytes]],
 ) -> None:
     """Before: the requests in flight ran into their 10-minute timeout one after another,
-    and the final /metrics scrape waited for ever."""
+    and the final /metrics scrape waited for ever. Then: when every request in flight
+    failed before the minute of silence was up, the replay ended with exit 0."""
     url, process = stopped_sim
     run = subprocess.Popen(replay_argv(url), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     time.sleep(8)  # the probes done, requests in flight (each waits 2 s for its first token)
@@ -115,7 +116,7 @@ def test_autotune_replay_gives_up_on_a_server_stopped_mid_replay(
     assert run.returncode == 2, (out, err)
     lines = err.decode().strip().splitlines()
     assert len(lines) == 1 and "stopped answering" in lines[0], err.decode()
-    assert 55 < waited_s < 110, waited_s  # the 60-s limit, a scrape's 10 s, a start
+    assert waited_s < 110, waited_s  # the 60-s limit (or the replay's end), a scrape's 10 s
 
 
 @pytest.mark.timeout(240)
