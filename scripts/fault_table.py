@@ -124,6 +124,12 @@ FAULTS = (
         options=("--trial-timeout", "20s"),
     ),
     Fault(
+        "hung server (SIGSTOP), the default trial time limit",
+        trials=3,
+        act=Act(1, "serving", target="server", signal="SIGSTOP"),
+        schedule=("", SLOW),
+    ),
+    Fault(
         "kill -9 of a worker in the last trial (3 workers)",
         trials=6,
         act=Act("last", "serving", target="worker"),
