@@ -102,9 +102,33 @@ def predict_iter(
 ) -> Iterator[Score | None]:
     """``predict_all`` one result at a time: a consumer that stops early (a time budget,
     an interrupt) leaves the configs not yet started unpredicted."""
+    slots, distinct = modelled_alike(oracle, configs)
     workers = workers or default_workers()
-    if len(configs) < PARALLEL_ABOVE or workers < 2:
-        for config in configs:
-            yield oracle.score(config)
-        return
-    yield from forked_map(_score_in_worker, configs, state=oracle, workers=workers)
+    if len(distinct) < PARALLEL_ABOVE or workers < 2:
+        results: Iterator[Score | None] = (oracle.score(config) for config in distinct)
+    else:
+        results = forked_map(_score_in_worker, distinct, state=oracle, workers=workers)
+    scored: list[Score | None] = []
+    for slot in slots:  # a config's distinct one is never later than the configs before it
+        while len(scored) <= slot:
+            scored.append(next(results))
+        yield scored[slot]
+
+
+def modelled_alike(
+    oracle: SimOracle, configs: Sequence[TrialConfig]
+) -> tuple[list[int], list[TrialConfig]]:
+    """The configs the simulator models differently, in order of first appearance, and
+    for each of ``configs`` the index of the one that stands for it (fp8_e4m3 and
+    fp8_e5m2 KV, say: the same bytes and speed, so one prediction serves both)."""
+    index: dict[object, int] = {}
+    slots: list[int] = []
+    distinct: list[TrialConfig] = []
+    for config in configs:
+        sim = oracle.sim_config(config)
+        key: object = tuple(config.vllm_args()) if sim is None else sim.as_modelled()
+        if key not in index:
+            index[key] = len(distinct)
+            distinct.append(config)
+        slots.append(index[key])
+    return slots, distinct

@@ -33,3 +33,18 @@ class SimConfig(BaseModel):
     seed: int = 0
     # Per-position draft acceptance rates (a workload property); None: the model's default.
     mtp_acceptance: tuple[float, ...] | None = None
+
+    def as_modelled(self) -> SimConfig:
+        """This config as the memory and speed models see it: values they model alike made
+        equal, so that one prediction stands for every config with the same key."""
+        dtype = KV_DTYPES_MODELLED_AS.get(self.kv_cache_dtype, self.kv_cache_dtype)
+        return (
+            self
+            if dtype == self.kv_cache_dtype
+            else self.model_copy(update={"kv_cache_dtype": dtype})
+        )
+
+
+# KV dtypes the models treat alike: one byte an element (kv_layout.py) and no speed term
+# of their own. vLLM's "fp8" is fp8_e4m3 on CUDA; e5m2 differs in precision, not in size.
+KV_DTYPES_MODELLED_AS = {"fp8": "fp8_e4m3", "fp8_e5m2": "fp8_e4m3"}
