@@ -153,7 +153,7 @@ LANDSCAPES = {
         LoadSpec(),
         shape_kv=True,
     ),
-    # Held out: added after the tuner's constants were last chosen (docs/benchmarks.md,
+    # Held out: added after the tuner's constants were last chosen (docs/measurements/history.md,
     # "Common random numbers"), to check them on a GPU, traffic and truth they never saw.
     "l40s-cc": Landscape(
         "l40s-cc",
@@ -170,7 +170,7 @@ LANDSCAPES = {
         shape_kv=True,
     ),
     # Held out too: added with the tuner's constants frozen at 141d5b5, and run only to
-    # check a change once it was chosen (docs/benchmarks.md, "The local search judged by
+    # check a change once it was chosen (docs/measurements/history.md, "The local search judged by
     # the knowledge gradient, and a second held-out landscape").
     "a100-agent": Landscape(
         "a100-agent",
@@ -454,7 +454,7 @@ STRATEGIES: dict[str, tuple[str, TunerSettings]] = {
     "default, no exploring tail": ("guided", DEFAULT.replaced(explore_tail=False)),
     "default, no dedup": ("guided", DEFAULT.replaced(dedup=False)),
     "default, recheck": ("guided", DEFAULT.replaced(recheck=True)),
-    # pruning is on or off by default (docs/benchmarks.md); the other way round:
+    # pruning is on or off by default (docs/measurements/history.md); the other way round:
     f"default, {'no pruning' if DEFAULT.prune else 'pruning'}": (
         "guided",
         DEFAULT.replaced(prune=not DEFAULT.prune),

@@ -65,3 +65,11 @@ def test_the_import_example_reads_traces_the_clone_ships(tmp_path: Path) -> None
     plan = load_plan(tmp_path / out)
     assert len(plan.sessions) >= 3 and len(plan.requests) >= 30
     assert "scripts/make_trace_sample.py" in README  # where the sample comes from
+
+
+def test_the_readme_is_short_and_points_to_the_tuner_docs() -> None:
+    """Before: 339 lines, most of them about the tuner's internals."""
+    assert len(README.splitlines()) <= 150
+    assert "docs/tuner.md" in README
+    tuner_docs = (REPO / "docs" / "tuner.md").read_text()
+    assert "## How the tuner searches" in tuner_docs and "## How the tuner searches" in README

@@ -3,7 +3,7 @@
 A launched MTP config reports in /metrics how often each draft position was accepted
 (``ServerStats.spec_decode_acceptance_per_position``). The simulator's acceptance is the
 catalog's for the workload's kind, and where it is wrong it misranks every MTP config
-together (docs/benchmarks.md, readme-misled: drafts 2-3 accepted at a tenth of it put
+together (docs/measurements/history.md, readme-misled: drafts 2-3 accepted at a tenth of it put
 the truth's optimum at #199). ``pooled`` estimates the acceptance from every measured
 trial, position by position, weighted by its drafts; a position deeper than any measured
 keeps the catalog's ratio to the one before it. ``Recalibration.update`` turns an
@@ -35,7 +35,8 @@ from autotune.vocabulary import ServerStats
 # trial's thousands of drafts leave uncertain. It was 10% while the simulator drew every
 # request's acceptance from one shared stream (a 0.1% change moved an MTP prediction by up
 # to 3.5%); with common random numbers (sim/model/scheduler.py) a 3% move re-ranks the space
-# without reshuffling it (docs/benchmarks.md: README truthful 18/20 within 1%, 15/20 at 10%).
+# without reshuffling it (docs/measurements/history.md: README truthful 18/20 within 1%,
+# 15/20 at 10%).
 THRESHOLD = 0.03
 ROUND = 0.005  # estimated rates are rounded to this (equal estimates: one cache key)
 

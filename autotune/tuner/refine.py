@@ -14,7 +14,7 @@ more than ``SAME_PREDICTION`` above its start, off the guide, that config joins
 the guide, where the sampler ranks it with the lattice. The tuner refines after
 each new measurement, not before the first: refined by the prediction alone,
 the warm start seeded configs the simulator prefers by under 1% that are truly
-worse (docs/benchmarks.md).
+worse (docs/measurements/history.md).
 """
 
 from __future__ import annotations

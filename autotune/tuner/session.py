@@ -225,7 +225,7 @@ class Tuner:
         """Once a seed is measured, a config not launched yet (often one refinement added
         off the lattice) whose corrected estimate is above every seed left goes before
         them; the seeds keep their order (launching the best-estimated seed first instead
-        lost crowns on the README landscape: docs/benchmarks.md)."""
+        lost crowns on the README landscape: docs/measurements/history.md)."""
         sampler = self.sampler
         if not self.settings.overtake or sampler is None or not self._seeds:
             return None
