@@ -151,20 +151,40 @@ def compare_rows(
     return rows
 
 
-def _no_result_row(loaded: LoadedStudy) -> ComparisonRow:
+def _empty_row(
+    loaded: LoadedStudy,
+    *,
+    label: str,
+    gpu: str,
+    best_config: str,
+    source: str,
+    usd_per_hour: float | None = None,
+) -> ComparisonRow:
+    """A row with no figures: nothing measured that was feasible, or nothing starts."""
     return ComparisonRow(
         study=loaded.name,
-        label=loaded.name,
-        gpu=loaded.info.gpu_name,
+        label=label,
+        gpu=gpu,
         engine_version=loaded.info.engine_version,
         model=loaded.info.model,
         trial=None,
-        best_config="(no feasible trial yet)",
+        best_config=best_config,
         output_throughput_tok_s=None,
         ttft_p95_s=None,
         tpot_p95_s=None,
         kv_cache_tokens=None,
         concurrency_reached=None,
+        usd_per_hour=usd_per_hour,
+        source=source,
+    )
+
+
+def _no_result_row(loaded: LoadedStudy) -> ComparisonRow:
+    return _empty_row(
+        loaded,
+        label=loaded.name,
+        gpu=loaded.info.gpu_name,
+        best_config="(no feasible trial yet)",
         source=f"measured: {len(loaded.trials)} trials, none feasible",
     )
 
@@ -376,21 +396,13 @@ def _tuned_row(
 def _nothing_starts_row(
     loaded: LoadedStudy, gpu: str, reason: str, prices: dict[str, float] | None
 ) -> ComparisonRow:
-    return ComparisonRow(
-        study=loaded.name,
+    return _empty_row(
+        loaded,
         label=f"{gpu} what-if",
         gpu=gpu,
-        engine_version=loaded.info.engine_version,
-        model=loaded.info.model,
-        trial=None,
         best_config="(none starts)",
-        output_throughput_tok_s=None,
-        ttft_p95_s=None,
-        tpot_p95_s=None,
-        kv_cache_tokens=None,
-        concurrency_reached=None,
-        usd_per_hour=price_for(prices or {}, gpu),
         source=f"predicted: {reason}",
+        usd_per_hour=price_for(prices or {}, gpu),
     )
 
 
