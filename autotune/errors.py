@@ -21,9 +21,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import sqlalchemy.exc
-from sqlalchemy.engine import make_url
-
 if TYPE_CHECKING:
     from autotune.vocabulary import Failure
 
@@ -93,6 +90,9 @@ def unreadable_storage(url: str, exc: BaseException, *, doing: str) -> str:
     """One line for a storage that cannot be opened or read: a damaged SQLite file says
     so and what to do; anything else gives the database's own first line, without the
     SQL and the link SQLAlchemy appends."""
+    # Imported here: scripts run in vLLM's own venv (no SQLAlchemy) import this module.
+    from sqlalchemy.engine import make_url
+
     cause = root_cause_text(exc)
     if any(text in cause for text in _DAMAGED_SQLITE) and url.startswith("sqlite"):
         path = make_url(url).database
@@ -109,7 +109,8 @@ def root_cause_text(exc: BaseException) -> str:
     root: BaseException = exc
     while root.__cause__ is not None:
         root = root.__cause__
-    if isinstance(exc, sqlalchemy.exc.DBAPIError) and exc.orig is not None:
-        root = exc.orig
+    orig = getattr(exc, "orig", None)  # a SQLAlchemy DBAPIError's driver error
+    if isinstance(orig, BaseException):
+        root = orig
     text = (str(root).splitlines() or [type(root).__name__])[0]
     return text.split(") ", 1)[1] if text.startswith("(") and ") " in text else text

@@ -143,3 +143,26 @@ def test_packages_import_only_downward() -> None:
                 where = path.relative_to(PACKAGE_ROOT.parent)
                 upward.append(f"{where}:{line} ({unit}) imports {module} ({target})")
     assert not upward, "\n".join(upward)
+
+
+# What scripts/measure_token_counts.py imports: it runs in vLLM's own venv, which has
+# no SQLAlchemy (tests/vllm/test_vllm_bench_sim.py runs it there).
+WITHOUT_SQLALCHEMY = """
+import sys
+class Refuse:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "sqlalchemy":
+            raise ImportError(f"no {name} here")
+sys.meta_path.insert(0, Refuse())
+import autotune.errors, autotune.workload.render, autotune.workload.tokenizer
+"""
+
+
+def test_the_workload_modules_import_without_sqlalchemy() -> None:
+    """Before: errors.py imported SQLAlchemy at its top, and the token-count script died
+    in vLLM's venv with ModuleNotFoundError."""
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_SQLALCHEMY],
+        capture_output=True, text=True, timeout=60, cwd=Path(autotune.__file__).parents[1],
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
