@@ -6,10 +6,17 @@ vLLM's mean acceptance length). The fit moves the constants that the targets
 can identify (efficiencies and fixed costs always; draft cost and
 per-position acceptance when a target ran MTP) within ``BOUNDS``, minimising
 the log errors of the in-process prediction (scipy's bounded least squares),
-with a weak pull towards the starting constants so that few points cannot
-drag an unidentified constant to a bound. Acceptance is fitted as
+with a pull towards the catalog's constants: a Gaussian prior on each fitted
+constant's log, so the fit is a MAP estimate. Acceptance is fitted as
 conditional rates (position i given i-1 accepted), so the per-position rates
 can only fall.
+
+How strong the prior is, and whether to move the catalog at all, is chosen by
+cross-validation (``calibrate``): each prior width in ``PRIOR_WEIGHTS`` is fitted
+without each fold and judged on it, beside the uncalibrated catalog judged on
+every point; the lowest held-out error wins, the catalog on a tie. So a few
+noisy points move few constants a little, or none: with 4 points a fit that
+chases noise loses to the catalog in its own cross-validation and is not kept.
 """
 
 from __future__ import annotations
@@ -49,7 +56,12 @@ ALWAYS_FITTED = (
     "host_per_output_s",
 )
 MTP_FITTED = ("draft_pass_overhead_s",)
-PRIOR_WEIGHT = 0.03  # residual per unit log-deviation from the starting constants
+# The prior: a residual of weight x log(constant / catalog's) beside each point's log
+# errors, i.e. measurement noise / prior width, both in log units. With a run's noise of
+# about 5%: 0.03 is a width of about +-170% (the points decide), 0.17 about +-30% (how far
+# the catalog's constants are off between GPUs of a family), 1.0 about +-5%.
+PRIOR_WEIGHTS = (0.03, 0.17, 1.0)
+PRIOR_WEIGHT = 0.17  # without cross-validation (fewer than 3 points, or asked)
 MIN_SCALE = 1e-7  # a constant's smallest fitted value (its log must exist)
 # Where the fit starts a constant that is 0 by default (scalars are fitted on a log scale).
 FIT_START = {"request_overhead_s": 10e-3, "host_per_output_s": 0.5e-3}
@@ -154,8 +166,8 @@ class _Space:
             values["mtp_acceptance"] = _unconditional(x[n:])
         return self.start.model_copy(update=values)
 
-    def prior(self, x: np.ndarray) -> np.ndarray:
-        return PRIOR_WEIGHT * (x - self.x0)
+    def prior(self, x: np.ndarray, weight: float) -> np.ndarray:
+        return weight * (x - self.x0)
 
 
 def _residuals(targets: Sequence[Target], constants: SpeedConstants) -> list[float]:
@@ -228,13 +240,16 @@ def fit_constants(
     start: SpeedConstants = DEFAULT_CONSTANTS,
     free: Sequence[str] | None = None,
     max_evaluations: int = MAX_EVALUATIONS,
+    prior_weight: float = PRIOR_WEIGHT,
 ) -> SpeedConstants:
-    """The constants that best predict ``targets``, each within its bounds."""
+    """The constants that best predict ``targets`` under the prior (``PRIOR_WEIGHTS``),
+    each within its bounds."""
     scalars, positions = fitted_names(targets, free, start)
     space = _Space(start, scalars, positions, targets[0].config.model)
 
     def fun(x: np.ndarray) -> np.ndarray:
-        return np.concatenate([_residuals(targets, space.constants(x)), space.prior(x)])
+        residuals = _residuals(targets, space.constants(x))
+        return np.concatenate([residuals, space.prior(x, prior_weight)])
 
     result = least_squares(
         fun,
@@ -252,6 +267,54 @@ def _folds(count: int) -> list[list[int]]:
     return [list(range(index, count, folds)) for index in range(folds)]
 
 
+def _abs_errors(
+    targets: Sequence[Target], figures: Sequence[tuple[float, float] | None]
+) -> list[float]:
+    """Relative errors of ``figures`` (tok/s and latency) against each target; a failed
+    prediction counts as a factor-10 miss."""
+    errors: list[float] = []
+    for target, figure in zip(targets, figures, strict=True):
+        if figure is None:
+            errors += [9.0, 9.0]
+        else:
+            errors += [abs(figure[0] / target.tok_s - 1), abs(figure[1] / target.latency_s - 1)]
+    return errors
+
+
+@dataclass(frozen=True)
+class PriorChoice:
+    """What cross-validation chose: a prior weight, or None (the catalog kept), with the
+    held-out median error of each candidate (key "catalog" for the uncalibrated one)."""
+
+    weight: float | None
+    held_out: dict[int, tuple[float, float] | None]
+    errors: dict[str, float]
+
+
+def choose_prior(targets: Sequence[Target], *, free: Sequence[str] | None = None) -> PriorChoice:
+    """Cross-validate each of ``PRIOR_WEIGHTS`` and the uncalibrated catalog (see the
+    module docstring); the catalog wins a tie, then the stronger prior."""
+    catalog = [predicted(target, DEFAULT_CONSTANTS) for target in targets]
+    errors = {"catalog": float(np.median(_abs_errors(targets, catalog)))}
+    held_outs: dict[str, dict[int, tuple[float, float] | None]] = {
+        "catalog": dict(enumerate(catalog))
+    }
+    for weight in PRIOR_WEIGHTS:
+        held_out: dict[int, tuple[float, float] | None] = {}
+        for fold in _folds(len(targets)):
+            rest = [target for index, target in enumerate(targets) if index not in fold]
+            fold_constants = fit_constants(rest, free=free, prior_weight=weight)
+            for index in fold:
+                held_out[index] = predicted(targets[index], fold_constants)
+        figures = [held_out[index] for index in range(len(targets))]
+        errors[f"{weight:g}"] = float(np.median(_abs_errors(targets, figures)))
+        held_outs[f"{weight:g}"] = held_out
+    order = ["catalog", *(f"{weight:g}" for weight in sorted(PRIOR_WEIGHTS, reverse=True))]
+    best = min(order, key=lambda key: (errors[key], order.index(key)))
+    weight = None if best == "catalog" else float(best)
+    return PriorChoice(weight=weight, held_out=held_outs[best], errors=errors)
+
+
 def calibrate(
     targets: Sequence[Target],
     *,
@@ -263,15 +326,19 @@ def calibrate(
     free: Sequence[str] | None = None,
     cross_validate: bool = True,
 ) -> CalibrationProfile:
-    """Fit ``targets`` and record the fit; expected error from cross-validation (>= 3 targets)."""
-    constants = fit_constants(targets, free=free)
-    held_out: dict[int, tuple[float, float] | None] = {}
+    """Fit ``targets`` and record the fit. With cross-validation (>= 3 targets) the prior's
+    strength is chosen by it, the catalog is kept when no fit beats it on held-out points,
+    and the expected error is the chosen candidate's held-out error."""
+    choice: PriorChoice | None = None
     if cross_validate and len(targets) >= 3:
-        for fold in _folds(len(targets)):
-            rest = [target for index, target in enumerate(targets) if index not in fold]
-            fold_constants = fit_constants(rest, free=free)
-            for index in fold:
-                held_out[index] = predicted(targets[index], fold_constants)
+        choice = choose_prior(targets, free=free)
+    weight = PRIOR_WEIGHT if choice is None else choice.weight
+    constants = (
+        DEFAULT_CONSTANTS
+        if weight is None
+        else fit_constants(targets, free=free, prior_weight=weight)
+    )
+    held_out = {} if choice is None else choice.held_out
     points, errors = [], []
     for index, target in enumerate(targets):
         before = predicted(target, DEFAULT_CONSTANTS)
@@ -295,6 +362,7 @@ def calibrate(
             abs(e) for e in (point.held_out_errors if held_out else point.errors) if e is not None
         ]
     scalars, positions = fitted_names(targets, free)
+    fitted = [] if weight is None else [*scalars, *(["mtp_acceptance"] if positions else [])]
     return CalibrationProfile(
         hardware=hardware,
         model=model,
@@ -302,7 +370,9 @@ def calibrate(
         workload_digest=workload_digest,
         source=source,
         constants=constants,
-        fitted=[*scalars, *(["mtp_acceptance"] if positions else [])],
+        fitted=fitted,
+        prior_weight=weight,
+        cross_validation={} if choice is None else choice.errors,
         points=points,
         expected_error=float(np.median(errors)) if errors else None,
         expected_error_basis="cross-validation" if held_out else "residuals",

@@ -121,12 +121,23 @@ def _print_profile(profile: CalibrationProfile, targets: list[Target]) -> None:
     out = console()
     out.print(table)
     out.print("raw: uncalibrated model; fit: calibrated; held out: fitted without that point")
+    if profile.cross_validation:
+        tried = ", ".join(f"{key} {error:.1%}" for key, error in profile.cross_validation.items())
+        chosen = (
+            "the catalog kept"
+            if profile.prior_weight is None
+            else (f"prior weight {profile.prior_weight:g}")
+        )
+        out.print(f"held-out median error by prior weight: {tried}; {chosen}")
     for name in profile.fitted:
-        before = getattr(DEFAULT_CONSTANTS, name) or "catalog"
+        before = getattr(DEFAULT_CONSTANTS, name)
         after = getattr(profile.constants, name)
         if name == "mtp_acceptance":
-            after = tuple(round(rate, 3) for rate in after or ())
-        out.print(f"  {name}: {before} -> {after}")
+            before = tuple(round(rate, 3) for rate in before or ()) or "catalog"
+            out.print(f"  {name}: {before} -> {tuple(round(rate, 3) for rate in after or ())}")
+            continue
+        moved = f" ({after / before - 1:+.1%})" if before else ""
+        out.print(f"  {name}: {before or 'catalog'} -> {after:.4g}{moved}")
     if profile.expected_error is not None:
         out.print(
             f"expected error: {profile.expected_error:.1%} "

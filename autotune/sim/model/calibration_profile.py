@@ -80,6 +80,10 @@ class CalibrationProfile(BaseModel):
     source: str = ""  # the points file, or "study NAME"
     constants: SpeedConstants = DEFAULT_CONSTANTS
     fitted: list[str] = []  # which constants the fit moved
+    # The prior's weight cross-validation chose (calibration/fit.py, PRIOR_WEIGHTS); None
+    # with no fitted constants: the catalog's held out better than any fit.
+    prior_weight: float | None = None
+    cross_validation: dict[str, float] = {}  # held-out median error of each candidate
     points: list[FittedPoint] = []
     # Expected relative error of a prediction: the median absolute error, throughput and
     # latency together, of held-out points (cross-validation) or else of the fit's residuals.
