@@ -134,7 +134,7 @@ def test_studies_run_in_parallel_log_what_the_serial_run_logs(tmp_path):
     setup = bench.prepare(landscape, tmp_path)
     spec = setup["spec"]
     truth = bench.Truth(bench.truth_of(landscape, spec, bench.truth_constants("readme", False)))
-    job = ("readme", setup, truth, 80.0, "random", 4)
+    job = ("readme", setup, truth, 80.0, "random", 4, True)
     serial = list(bench.studies(job, range(3), 1))
     parallel = list(bench.studies(job, range(3), 2))
     assert [log.launches for log in serial] == [4, 4, 4]
