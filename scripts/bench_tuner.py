@@ -37,7 +37,9 @@ its modelled GPU time is then startup plus the replay up to that point.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
+import io
 import json
 import math
 import multiprocessing
@@ -64,6 +66,8 @@ from autotune.replay.load import LoadSpec
 from autotune.replay.load_policy import Progress
 from autotune.replay.records import ReplayStats
 from autotune.sim.model.calibration_profile import CalibrationProfile
+from autotune.sim.model.hardware import get_gpu
+from autotune.sim.model.memory import MemoryPerturbation, plan_memory, torch_oom_text
 from autotune.sim.model.models import get_model
 from autotune.sim.model.speed_constants import DEFAULT_CONSTANTS, SpeedConstants
 from autotune.sim.server.flags import parse_serve_args
@@ -77,7 +81,7 @@ from autotune.tuner.kv_bounds import largest_kv_pool_bytes, shaped
 from autotune.tuner.lattice import Candidate, config_key, ladder
 from autotune.tuner.predictor import SimOracle, predict_all
 from autotune.tuner.settings import TunerSettings
-from autotune.vocabulary import Outcome, ServerStats
+from autotune.vocabulary import Failure, FailureClass, Outcome, ServerStats
 from autotune.workload.gen import ChatParams, ClaudeCodeParams, chat, claudecode
 from autotune.workload.io import Workload, write_workload
 
@@ -302,13 +306,56 @@ def truth_of(landscape: Landscape, spec: StudySpec, constants: SpeedConstants) -
     )
 
 
+def truth_memory(landscape: str) -> MemoryPerturbation:
+    """The harsh truth's memory: each of the memory model's constants off by a few percent
+    (up to 8%, mostly more), seeded by the landscape's name."""
+    rng = random.Random(f"memory:{LANDSCAPES[landscape].truth_of or landscape}")
+    return MemoryPerturbation(
+        **{
+            name: 1.0 + rng.uniform(-0.03, 0.08)
+            for name in ("activation", "cudagraph", "non_torch", "per_seq")
+        }
+    )
+
+
 @dataclass
 class Truth:
-    """The truth's answers, cached per effective config."""
+    """The truth's answers, cached per effective config. With ``memory``, the truth plans
+    its memory with these factors and a config that does not fit there is an OOM launch
+    (and infeasible), whatever the simulator's plan says."""
 
     oracle: SimOracle
     predictions: dict[str, Prediction] = field(default_factory=dict)
     values: dict[str, float | None] = field(default_factory=dict)  # noise-free, None: infeasible
+    memory: MemoryPerturbation | None = None
+    max_prompt_tokens: int = 0  # the workload's longest prompt: its prefill's transient
+
+    def oom(self, config: TrialConfig) -> Failure | None:
+        """The truth's own OOM for ``config`` (at startup, or the load's largest prefill)."""
+        if self.memory is None:
+            return None
+        argv = [self.oracle.sim_model, *config.vllm_args()[1:], "--hardware", self.oracle.hardware]
+        try:
+            with contextlib.redirect_stderr(io.StringIO()):
+                sim = parse_serve_args(argv).sim
+        except SystemExit:
+            return None
+        report = plan_memory(sim, perturbation=self.memory)
+        if not report.fits:
+            text = report.failure_message or ""
+            return Failure(
+                failure_class=FailureClass(report.failure_class),
+                message=text.splitlines()[0] if text else "",
+                log_excerpt=text,
+            )
+        chunk = min(report.max_num_batched_tokens, self.max_prompt_tokens)
+        transient = (
+            report.transient_prefill_bytes_per_token * chunk + report.transient_bytes_per_seq
+        )
+        if report.headroom_bytes < transient:
+            text = torch_oom_text(transient, get_gpu(self.oracle.hardware), report.headroom_bytes)
+            return Failure(failure_class=FailureClass.CUDA_OOM_LOAD, message=text, log_excerpt=text)
+        return None
 
     def prediction(self, config: TrialConfig) -> Prediction:
         key = config_key(config)
@@ -321,6 +368,8 @@ class Truth:
         return self.predictions[key]
 
     def value(self, config: TrialConfig) -> float | None:
+        if self.oom(config) is not None:
+            return None
         key = config_key(config)
         if key not in self.values:
             scored = self.oracle.score(config)
@@ -364,6 +413,8 @@ def in_process_measure(
             result.outcome_override = Outcome.PREDICTED_OOM.value
             return result
         prediction = truth.prediction(config)
+        if (failure := truth.oom(config)) is not None:
+            prediction = prediction.model_copy(update={"failure": failure})
         log.launches += 1
         log.launched_best = max(log.launched_best, truth.value(config) or 0.0)
         log.last_launched = True
@@ -705,7 +756,7 @@ def exhaustive(setup: dict, landscape: Landscape, truth: Truth) -> tuple[float, 
     scores = predict_all(truth.oracle, [c.config for c in missing])
     for candidate, scored in zip(missing, scores, strict=True):
         truth.values[candidate.key] = scored.values[0] if scored and scored.feasible else None
-    values = [v for c in candidates if (v := truth.values[c.key]) is not None]
+    values = [v for c in candidates if (v := truth.value(c.config)) is not None]
     return max(values), len(candidates), time.monotonic() - started
 
 
@@ -731,7 +782,7 @@ def misled_by(setup: dict, truth: Truth) -> dict:
         return scored.values[0] if scored is not None and scored.feasible else -math.inf
 
     def true(c: Candidate) -> float:
-        value = truth.values[c.key]
+        value = truth.value(c.config)
         return -math.inf if value is None else value
 
     best = max(candidates, key=true)
@@ -900,6 +951,8 @@ def main() -> None:
                 truth_oracle,
                 predictions=cache.setdefault(f"{truth_key}:predictions", {}),
                 values=cache.setdefault(f"{truth_key}:values", {}),
+                memory=truth_memory(name) if harsh else None,
+                max_prompt_tokens=max((r.prompt_tokens for r in spec.plan.requests), default=0),
             )
             optimum, count, seconds = exhaustive(setup, landscape, truth)
             misled = misled_by(setup, truth)
