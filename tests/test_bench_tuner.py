@@ -8,6 +8,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from autotune.replay.records import Percentiles
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_tuner.py"
 _spec = importlib.util.spec_from_file_location("bench_tuner", SCRIPT)
 assert _spec is not None and _spec.loader is not None
@@ -134,9 +136,91 @@ def test_studies_run_in_parallel_log_what_the_serial_run_logs(tmp_path):
     setup = bench.prepare(landscape, tmp_path)
     spec = setup["spec"]
     truth = bench.Truth(bench.truth_of(landscape, spec, bench.truth_constants("readme", False)))
-    job = ("readme", setup, truth, 80.0, "random", 4)
+    job = ("readme", setup, truth, 80.0, "random", 4, True)
     serial = list(bench.studies(job, range(3), 1))
     parallel = list(bench.studies(job, range(3), 2))
     assert [log.launches for log in serial] == [4, 4, 4]
     assert len({json.dumps(log.measured, sort_keys=True) for log in serial}) == 3
     assert parallel == serial
+
+
+def test_the_harsh_noise_has_heavy_tails_of_the_same_spread():
+    """Student-t and outliers: far more draws past 4 spreads than a normal's 6 in 100,000."""
+    draws = [bench.noise_factor("t", 0, f"c{i}", 0, harsh=True) for i in range(4000)]
+    assert abs(statistics.median(draws) - 1.0) < 0.003
+    assert sum(abs(d - 1.0) > 4 * bench.NOISE for d in draws) >= 20
+
+
+def test_the_harsh_bench_noises_every_figure_each_with_its_own_draw():
+    latency = Percentiles(mean=1.0, p50=1.0, p90=2.0, p95=3.0, p99=4.0)
+    stats = bench.ReplayStats(
+        duration_s=60.0,
+        completed=10,
+        failed=0,
+        total_input_tokens=1000,
+        total_output_tokens=500,
+        request_throughput_rps=1.0,
+        output_throughput_tok_s=50.0,
+        total_token_throughput_tok_s=150.0,
+        goodput_rps=1.0,
+        **{name: latency for name in ("ttft", "tpot", "itl", "e2e")},
+    )
+    server = bench.ServerStats(
+        spec_decode_drafts=100, spec_decode_draft_tokens=300, spec_decode_accepted_tokens=200
+    )
+
+    def draw(figure: str) -> float:
+        return bench.noise_factor("readme", 0, "config-a", 0, figure=figure, harsh=True)
+
+    noised = bench.noised_stats(stats, draw, 0.0)
+    factors = {
+        "throughput": noised.output_throughput_tok_s / stats.output_throughput_tok_s,
+        **{name: getattr(noised, name).p95 / 3.0 for name in ("ttft", "tpot", "itl", "e2e")},
+    }
+    assert all(factor != 1.0 for factor in factors.values())
+    assert len(set(factors.values())) == len(factors)
+    assert noised.goodput_rps != stats.goodput_rps
+    accepted = bench.noised_server_stats(server, draw).spec_decode_accepted_tokens
+    assert accepted is not None and accepted != 200
+    drifted = bench.noised_stats(stats, draw, 0.1)
+    assert drifted.output_throughput_tok_s < noised.output_throughput_tok_s
+    assert drifted.ttft.p95 > noised.ttft.p95
+
+
+def test_the_harsh_truth_ooms_where_the_pre_screen_said_the_config_fits(tmp_path):
+    """The truth's memory is a few percent off the model's: some configs the pre-screen
+    passes do not start (or die on the load's longest prefill) in truth, and none do
+    without the perturbation."""
+    from autotune.tuner.lattice import enumerate_effective
+
+    landscape = bench.LANDSCAPES["readme"]
+    spec = bench.prepare(landscape, tmp_path, harsh=True)["spec"]
+    oracle = bench.truth_of(landscape, spec, bench.truth_constants("readme", False))
+    longest = max(r.prompt_tokens for r in spec.plan.requests)
+    harsh = bench.Truth(oracle, memory=bench.truth_memory("readme"), max_prompt_tokens=longest)
+    gentle = bench.Truth(oracle, max_prompt_tokens=longest)
+    passed = [
+        c.config
+        for c in enumerate_effective(
+            spec.space,
+            model=spec.model,
+            engine_version=spec.engine.version(),
+            prescreen=spec.prescreen,
+        )
+        if c.memory is not None and c.memory.fits
+    ]
+    surprises = [config for config in passed if harsh.oom(config) is not None]
+    assert surprises and len(surprises) < len(passed) / 2
+    assert all(gentle.oom(config) is None for config in passed[:50])
+    assert harsh.value(surprises[0]) is None  # infeasible in truth: never the optimum
+
+
+def test_the_default_memory_plan_is_the_unperturbed_one():
+    from autotune.sim.model.config import SimConfig
+    from autotune.sim.model.memory import MemoryPerturbation, plan_memory
+
+    config = SimConfig(model="qwen3.6-27b-awq", hardware="rtx4080s-32g")
+    assert plan_memory(config) == plan_memory(config, perturbation=MemoryPerturbation())
+    bigger = plan_memory(config, perturbation=MemoryPerturbation(activation=1.05, cudagraph=1.1))
+    assert bigger.peak_activation_bytes > plan_memory(config).peak_activation_bytes
+    assert bigger.cudagraph_bytes > plan_memory(config).cudagraph_bytes

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from autotune.errors import InputError
 from autotune.sim.model.config import SimConfig
@@ -26,6 +26,18 @@ LMCACHE_GPU_BYTES = int(0.9 * GIB)  # field notes: LMCache costs about 0.9 GiB p
 SUGGESTION_MARGIN_BYTES = 150 * MIB  # gpu_worker.py: the --kv-cache-memory suggestion margin
 CONSERVING_MEMORY_URL = "https://docs.vllm.ai/en/latest/configuration/conserving_memory/"
 _GDN_CHECKPOINT_FAMILIES = {"hopper", "blackwell"}  # FlashInfer GDN prefill (align 64)
+
+
+class MemoryPerturbation(BaseModel):
+    """Factors on the memory model's own constants, for a memory that is not the model's
+    (a benchmark's truth); the default plan uses none."""
+
+    model_config = ConfigDict(frozen=True)
+
+    activation: float = Field(default=1.0, gt=0)  # the profiled peak activation
+    cudagraph: float = Field(default=1.0, gt=0)  # CUDA-graph capture memory
+    non_torch: float = Field(default=1.0, gt=0)  # the driver's and NCCL's memory
+    per_seq: float = Field(default=1.0, gt=0)  # sampler buffers per sequence
 
 
 class MemoryReport(BaseModel):
@@ -198,13 +210,16 @@ def _resolve_batch(config: SimConfig, gpu: GpuSpec, max_model_len: int) -> tuple
     return max_num_seqs, max_num_batched_tokens
 
 
-def plan_memory(config: SimConfig, *, held_bytes: int = 0) -> MemoryReport:
+def plan_memory(
+    config: SimConfig, *, held_bytes: int = 0, perturbation: MemoryPerturbation | None = None
+) -> MemoryReport:
     """The memory plan of ``config``, with vLLM's failure when it does not start.
 
     ``held_bytes``: GPU memory another process still holds (a previous trial's
-    server not yet gone). Raises InputError for a configuration vLLM rejects
-    before touching memory.
+    server not yet gone). ``perturbation``: factors on the model's memory constants.
+    Raises InputError for a configuration vLLM rejects before touching memory.
     """
+    bias = perturbation or MemoryPerturbation()
     gpu = get_gpu(config.hardware)
     model = get_model(config.model)
     max_model_len = config.max_model_len or model.max_model_len
@@ -237,17 +252,25 @@ def plan_memory(config: SimConfig, *, held_bytes: int = 0) -> MemoryReport:
 
     vision = 0 if config.language_model_only else model.vision_bytes
     weights = model.weights_bytes + vision + (model.mtp_head_bytes if spec_tokens else 0)
-    activation = (
-        model.activation_fixed_bytes
-        + model.activation_bytes_per_token * max_num_batched_tokens
-        + model.sampler_bytes_per_seq * max_num_seqs
-        + (0 if config.language_model_only else model.vision_activation_delta_bytes)
+    activation = int(
+        bias.activation
+        * (
+            model.activation_fixed_bytes
+            + model.activation_bytes_per_token * max_num_batched_tokens
+            + (0 if config.language_model_only else model.vision_activation_delta_bytes)
+        )
+        + bias.per_seq * model.sampler_bytes_per_seq * max_num_seqs
     )
     cudagraph = 0
     if capture_sizes:
-        cudagraph = model.cudagraph_bytes_per_graph * len(
-            capture_sizes
-        ) + model.cudagraph_bytes_per_token * max(capture_sizes)
+        cudagraph = int(
+            bias.cudagraph
+            * (
+                model.cudagraph_bytes_per_graph * len(capture_sizes)
+                + model.cudagraph_bytes_per_token * max(capture_sizes)
+            )
+        )
+    non_torch = int(gpu.non_torch_bytes * bias.non_torch)
     lmcache = LMCACHE_GPU_BYTES if config.lmcache else 0
     free = gpu.free_at_startup_bytes - held_bytes
 
@@ -255,7 +278,7 @@ def plan_memory(config: SimConfig, *, held_bytes: int = 0) -> MemoryReport:
         return torch_oom_text(tried_bytes, gpu, free_bytes, held_bytes)
 
     requested = math.ceil(gpu.visible_bytes * config.gpu_memory_utilization)
-    static = weights + gpu.non_torch_bytes + lmcache
+    static = weights + non_torch + lmcache
 
     failure: tuple[FailureClass, str] | None = None
     if config.kv_cache_memory_bytes is not None:
@@ -270,13 +293,13 @@ def plan_memory(config: SimConfig, *, held_bytes: int = 0) -> MemoryReport:
                 f"utilization ({config.gpu_memory_utilization}, {requested / GIB:.2f} GiB). "
                 "Decrease GPU memory utilization or reduce GPU memory used by other processes.",
             )
-    if failure is None and weights + gpu.non_torch_bytes > free:
+    if failure is None and weights + non_torch > free:
         failure = (
             FailureClass.CUDA_OOM_STARTUP,
             "Failed to load model - not enough GPU memory. Try lowering --gpu-memory-utilization "
             "to free memory for weights, increasing --tensor-parallel-size, or using "
             f"--quantization. See {CONSERVING_MEMORY_URL} for more tips. (original error: "
-            f"{torch_oom(weights - free + gpu.non_torch_bytes, 0)})",
+            f"{torch_oom(weights - free + non_torch, 0)})",
         )
     elif failure is None and static + activation > free:
         failure = (
@@ -312,7 +335,7 @@ def plan_memory(config: SimConfig, *, held_bytes: int = 0) -> MemoryReport:
         weights_bytes=weights,
         vision_bytes=vision,
         peak_activation_bytes=activation,
-        non_torch_bytes=gpu.non_torch_bytes,
+        non_torch_bytes=non_torch,
         cudagraph_bytes=cudagraph,
         lmcache_bytes=lmcache,
         kv_cache_bytes=max(kv_bytes, 0),
@@ -324,8 +347,8 @@ def plan_memory(config: SimConfig, *, held_bytes: int = 0) -> MemoryReport:
         block_size=layout.block_size,
         num_gpu_blocks=num_blocks if fits else 0,
         bytes_per_block=layout.bytes_per_block,
-        transient_prefill_bytes_per_token=float(model.activation_bytes_per_token),
-        transient_bytes_per_seq=float(model.sampler_bytes_per_seq),
+        transient_prefill_bytes_per_token=bias.activation * model.activation_bytes_per_token,
+        transient_bytes_per_seq=bias.per_seq * model.sampler_bytes_per_seq,
         max_model_len=max_model_len,
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
