@@ -17,6 +17,15 @@ The noise is paired: the k-th measurement of a config at one seed draws the same
 factor in every strategy (``noise_factor``); each sampler has its own seed
 (``sampler_seed``), shared only by the default and its ablations.
 
+``--bench harsh`` (the default; ``--gentle`` or ``--bench both`` for the earlier one):
+the truth plans its memory with its own constants (``truth_memory``: activation peak,
+CUDA-graph, non-torch and per-sequence memory off by -3% to +8%), so a config the
+pre-screen passes can be an OOM launch; every returned figure (throughput, latencies,
+acceptance counters) draws its own noise, Student-t tailed with rare outliers, and
+throughput drifts down slowly over the night; the landscape's SLO (the README's
+``ttft_p95<=20s``) is kept. Not yet: the warm start's time budget enforced as on 2 cores
+(predictions are still cached before the studies).
+
 Figures per landscape, truth and strategy (over seeds): launches to 95% / 99%
 of the truth's exhaustive optimum over the lattice (the true, noise-free
 value of the config the tool would hand over after that launch; confirmation
