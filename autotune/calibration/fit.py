@@ -361,8 +361,10 @@ def calibrate(
         errors += [
             abs(e) for e in (point.held_out_errors if held_out else point.errors) if e is not None
         ]
-    scalars, positions = fitted_names(targets, free)
-    fitted = [] if weight is None else [*scalars, *(["mtp_acceptance"] if positions else [])]
+    fitted: list[str] = []
+    if weight is not None:  # the names fit_constants moved (a sensitivity test: predictions)
+        scalars, positions = fitted_names(targets, free)
+        fitted = [*scalars, *(["mtp_acceptance"] if positions else [])]
     return CalibrationProfile(
         hardware=hardware,
         model=model,
