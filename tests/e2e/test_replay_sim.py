@@ -82,11 +82,14 @@ def test_load_modes_count_the_tokens_the_server_generated(fast_sim: str, load: L
         assert server.prefix_cache_hit_rate is not None and server.prefix_cache_hit_rate > 0.3
 
 
-def test_scale_1_and_scale_20_give_the_same_figures(sims: SimFactory) -> None:
+def test_scale_1_and_scale_5_give_the_same_figures(sims: SimFactory) -> None:
+    # Wall-clock scaling: at 5x a simulated token still takes ~7 ms of real time, so the
+    # host's scheduling jitter on a loaded 2-core machine stays a few percent of it (at 20x
+    # it reached 19% of TPOT in CI). Host-independent figures are the lockstep mode's job.
     plan = _fixed_plan(8, 32)
     load = LoadSpec(mode="concurrency", concurrency=4)
     slow = _replay(sims(1.0), plan, load, 1.0).stats
-    fast = _replay(sims(20.0), plan, load, 20.0).stats
+    fast = _replay(sims(5.0), plan, load, 5.0).stats
     assert fast.completed == slow.completed == 8
     assert fast.tpot.mean == pytest.approx(slow.tpot.mean, rel=0.15)
     assert fast.output_throughput_tok_s == pytest.approx(slow.output_throughput_tok_s, rel=0.3)
