@@ -584,6 +584,7 @@ STRATEGIES: dict[str, tuple[str, TunerSettings]] = {
     "default, crown prior": ("guided", DEFAULT.replaced(crown_prior=True)),
     "default, no exploring tail": ("guided", DEFAULT.replaced(explore_tail=False)),
     "default, no dedup": ("guided", DEFAULT.replaced(dedup=False)),
+    "default, no back-off after OOM": ("guided", DEFAULT.replaced(backoff=False)),
     "default, recheck": ("guided", DEFAULT.replaced(recheck=True)),
     # pruning is on or off by default (docs/measurements/history.md); the other way round:
     f"default, {'no pruning' if DEFAULT.prune else 'pruning'}": (

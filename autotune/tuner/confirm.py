@@ -162,7 +162,7 @@ def exploration_gain(
     crown's value, by the simulator plus learned residual (``leader``: the crown's
     posterior mean); 0 when nothing is left to explore."""
     mean, spread = sampler.estimates()
-    tried = sampler.guide.equivalent_to(set(index.by_key) | index.pending)
+    tried = sampler.guide.ruled_out(set(index.by_key) | index.pending)
     open_ = ~tried & np.isfinite(mean)
     if not open_.any():
         return 0.0

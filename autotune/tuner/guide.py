@@ -23,6 +23,7 @@ import optuna
 from autotune.config.space import SearchSpace
 from autotune.trial.objective import Score
 from autotune.trial.run import Prescreen
+from autotune.tuner.backoff import MemoryBackoff
 from autotune.tuner.forked import default_workers
 from autotune.tuner.lattice import Candidate, enumerate_effective
 from autotune.tuner.predictor import SimOracle, predict_iter
@@ -58,6 +59,7 @@ class Guide:
     seconds: float = 0.0  # time spent enumerating and predicting
     cached: int = 0  # predictions the cache already held (not predicted by this run)
     by_key: dict[str, int] = field(default_factory=dict)
+    backoff: MemoryBackoff = field(default_factory=MemoryBackoff)  # learned from OOM launches
     shortfall: np.ndarray = field(init=False)  # NaN where not predicted to run at all
 
     def __post_init__(self) -> None:
@@ -99,17 +101,31 @@ class Guide:
     def predicted(self) -> int:
         return int(np.isfinite(self.utility).sum())
 
+    @property
+    def presumed_oom(self) -> np.ndarray:
+        """Mask of the candidates an OOM launch showed to be past the memory's edge
+        (``tuner.backoff``): their predictions stand, but none is proposed."""
+        return np.array([self.backoff.presumes_oom(c.memory) for c in self.candidates], bool)
+
+    def ruled_out(self, keys: set[str]) -> np.ndarray:
+        """Mask of the candidates not to propose: one of ``keys`` or alike one
+        (``equivalent_to``), or presumed to OOM."""
+        return self.equivalent_to(keys) | self.presumed_oom
+
     def nearest(self) -> np.ndarray:
         """Indices of the candidates predicted to run but to miss a constraint, least
-        shortfall first (predicted OOM and unpredicted ones are not among them)."""
-        infeasible = np.flatnonzero(~np.isfinite(self.utility) & np.isfinite(self.shortfall))
+        shortfall first (predicted OOM, presumed OOM and unpredicted ones are not among
+        them)."""
+        runs = np.isfinite(self.shortfall) & ~self.presumed_oom
+        infeasible = np.flatnonzero(~np.isfinite(self.utility) & runs)
         return infeasible[np.argsort(self.shortfall[infeasible], kind="stable")]
 
     def diverse_top(self, count: int, *, exclude: set[str] = frozenset()) -> list[Candidate]:
         """The ``count`` best predicted candidates, each far enough from the ones before;
         when fewer are predicted feasible, the nearest to feasible fill the rest."""
         best = [i for i in np.argsort(-np.nan_to_num(self.utility, nan=-np.inf))]
-        best = [i for i in best if np.isfinite(self.utility[i])]
+        presumed_oom = self.presumed_oom
+        best = [i for i in best if np.isfinite(self.utility[i]) and not presumed_oom[i]]
         order = [i for i in [*best, *self.nearest()] if self.candidates[i].key not in exclude]
         picked: list[int] = []
         for i in order:

@@ -9,8 +9,9 @@ launches on a compass search judged by measurements (each launch only when it is
 worth more to the crown than a re-measurement: ``Tuner._neighbour``): around each of the
 ``CENTRES`` best measured configs, one numeric knob at a time, a step of half the
 lattice's spacing up and down (on the knob's grid, within its bounds, the space's
-rules, the derived flags and the memory pre-screen). A step up past what fits, or
-past what the simulator predicts to run, stops at the last value that does: the
+rules, the derived flags, the memory pre-screen and what OOM launches ruled out:
+``tuner.backoff``). A step up past what fits, or past what the simulator predicts to
+run, stops at the last value that does: the
 pre-screen's edge, where larger batches gain on long prompts. The next launch is
 the untried neighbour the simulator rates best. Around the leader, once every
 neighbour at the current step is measured and none took the lead, the steps halve,
@@ -129,8 +130,8 @@ class LocalSearch:
 
     def _allowed(self, params: dict[str, Any]) -> Candidate | None:
         """The launch, when the rules and the pre-screen allow it and the simulator
-        predicts it runs."""
-        point = self.points.candidate(params)
+        predicts it runs (and no OOM launch ruled it out)."""
+        point = self.points.proposable(params)
         if point is None or not math.isfinite(self.points.predicted(point)):
             return None
         return point

@@ -30,6 +30,7 @@ import optuna
 
 from autotune.config.space import SearchSpace
 from autotune.trial.run import Prescreen, derive_config
+from autotune.tuner.backoff import MemoryBackoff
 from autotune.tuner.guide import (
     SAME_PREDICTION,
     Guide,
@@ -106,8 +107,10 @@ class Refiner:
         oracle: SimOracle,
         maximize: bool,
         cache: PredictionCache | None = None,
+        backoff: MemoryBackoff | None = None,
     ) -> None:
         self.space, self.model, self.engine_version = space, model, engine_version
+        self.backoff = backoff or MemoryBackoff()  # what OOM launches ruled out
         self.prescreen, self.oracle, self.maximize = prescreen, oracle, maximize
         self.cache: PredictionCache = {} if cache is None else cache
         self.knobs = [
@@ -196,6 +199,12 @@ class Refiner:
             self._launch[tag] = found
         return self._launch[tag]
 
+    def proposable(self, params: dict[str, Any]) -> Candidate | None:
+        """``candidate``, unless an OOM launch showed it past the memory's edge
+        (``tuner.backoff``)."""
+        found = self.candidate(params)
+        return None if found is None or self.backoff.presumes_oom(found.memory) else found
+
     def _estimate(
         self, guide: Guide, residual: ResidualModel | None, points: list[Candidate], limit: int
     ) -> list[float]:
@@ -245,7 +254,7 @@ class Refiner:
                 now = here.params[knob.name]
                 for sign in (1, -1):
                     moved = knob.value(knob.unit(now) + sign * steps[knob.name])
-                    found = self.candidate({**here.params, knob.name: moved})
+                    found = self.proposable({**here.params, knob.name: moved})
                     if moved != now and found is not None:
                         points.append(found)
             estimates = self._estimate(guide, residual, points, limit)

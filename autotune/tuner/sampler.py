@@ -2,7 +2,8 @@
 
 estimate = predicted utility + learned residual (autotune.tuner.residual) +
 ``EXPLORATION`` x its posterior spread, over the effective configs not measured
-yet (nor predicted to behave exactly like a measured one: ``Guide.equivalent_to``).
+yet (nor predicted to behave exactly like a measured one, nor presumed to OOM after an
+OOM launch: ``Guide.ruled_out``).
 Without learning the estimate is the prediction alone. When no config left is
 predicted feasible (an SLO out of reach), the next is the one predicted nearest
 to feasible (``Guide.nearest``), never one predicted to OOM; then one the warm
@@ -61,7 +62,7 @@ class GuidedSampler(BaseSampler):
             return {}  # an enqueued trial (baseline, seed, confirmation)
         mean, spread = self.estimates()
         estimate = mean + EXPLORATION * spread
-        tried = self.guide.equivalent_to(set(self.index.by_key) | self.index.pending)
+        tried = self.guide.ruled_out(set(self.index.by_key) | self.index.pending)
         estimate = np.where(tried | ~np.isfinite(estimate), -np.inf, estimate)
         if len(estimate) and np.isfinite(estimate.max()):
             return dict(self.guide.candidates[int(np.argmax(estimate))].params)

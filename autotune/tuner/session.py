@@ -29,6 +29,7 @@ from autotune.config.space import SearchSpace
 from autotune.trial.record import TrialRecord
 from autotune.trial.run import Prescreen
 from autotune.tuner.acceptance import Recalibration
+from autotune.tuner.backoff import MemoryBackoff
 from autotune.tuner.confirm import (
     NEIGHBOUR_SD,
     Belief,
@@ -99,6 +100,7 @@ class Tuner:
         self.local: LocalSearch | None = None
         self._refined_at = 0  # measured configs when the guide was last refined
         self.recalibration: Recalibration | None = None
+        self.backoff = MemoryBackoff()  # learned from OOM launches (``tuner.backoff``)
         self._say = say or (lambda _: None)
         cache = {} if cache is None else cache
         if guided and oracle is not None:
@@ -114,6 +116,7 @@ class Tuner:
                 max_predictions=None if n_trials is None else PREDICTIONS_PER_TRIAL * n_trials,
                 say=say,
             )
+            self.guide.backoff = self.backoff
             self.sampler = GuidedSampler(
                 self.guide,
                 self.index,
@@ -131,6 +134,7 @@ class Tuner:
                     oracle=oracle,
                     maximize=maximize,
                     cache=cache,
+                    backoff=self.backoff,
                 )
             if settings.warm_start > 0:
                 self._seeds = self.guide.diverse_top(settings.warm_start)
@@ -170,7 +174,7 @@ class Tuner:
         if not stale:
             return
         kept = [seed for seed in self._seeds if seed.key not in stale]
-        tried = guide.equivalent_to(set(taken) | {seed.key for seed in kept})
+        tried = guide.ruled_out(set(taken) | {seed.key for seed in kept})
         exclude = {c.key for c, known in zip(guide.candidates, tried, strict=True) if known}
         self._seeds = kept + guide.diverse_top(len(stale), exclude=exclude)
 
@@ -235,7 +239,7 @@ class Tuner:
             return None
         mean, _ = sampler.estimates()
         guide = sampler.guide
-        tried = guide.equivalent_to(set(taken))
+        tried = guide.ruled_out(set(taken))
         masked = np.where(tried | ~np.isfinite(mean), -np.inf, mean)
         best = int(np.argmax(masked))
         if not masked[best] > max(mean[guide.by_key[seed.key]] for seed in waiting):
@@ -253,7 +257,7 @@ class Tuner:
         if leader is None:
             return False
         mean, _ = self.sampler.estimates()
-        tried = self.sampler.guide.equivalent_to(set(self.index.by_key) | self.index.pending)
+        tried = self.sampler.guide.ruled_out(set(self.index.by_key) | self.index.pending)
         best = np.where(tried | ~np.isfinite(mean), -np.inf, mean).max(initial=-np.inf)
         return bool(best > utility_of(leader.mean, self.maximize))
 
@@ -368,7 +372,7 @@ class Tuner:
     def _next_seed(self) -> Role | None:
         for rank, candidate in enumerate(self._seeds, start=1):
             taken = self.index.by_key.keys() | self.index.pending | self._proposed
-            if candidate.key in taken:
+            if candidate.key in taken or self.backoff.presumes_oom(candidate.memory):
                 continue
             self._proposed.add(candidate.key)
             return Role(dict(candidate.params), warm_start=rank)
@@ -448,9 +452,12 @@ class Tuner:
         constraints: dict[str, float],
     ) -> None:
         measured = bool(trial.user_attrs.get("measured")) and values is not None
+        stored = TrialRecord.read(trial.user_attrs)
         if measured and self.recalibration is not None:
-            stats = TrialRecord.read(trial.user_attrs).server_stats
-            self.recalibration.observe(trial.number, stats)
+            self.recalibration.observe(trial.number, stored.server_stats)
+        oom = stored.failure is not None and stored.failure.failure_class.is_oom
+        if oom and self.settings.backoff:
+            self._back_off(key, dict(trial.params))
         self.index.add(
             key,
             params=dict(trial.params),
@@ -458,8 +465,23 @@ class Tuner:
             values=values,
             constraints=constraints,
             measured=measured,
-            centre=TrialRecord.read(trial.user_attrs).neighbour_of,
+            centre=stored.neighbour_of,
         )
+
+    def _back_off(self, key: str, params: dict[str, Any]) -> None:
+        """A launch of ``key`` ran out of memory: configs predicted to leave less headroom
+        than it (and ``backoff.BACKOFF``) are not proposed from now on."""
+        guide = self.guide
+        if guide is None:
+            return
+        found = guide.by_key.get(key)
+        if found is not None:
+            memory = guide.candidates[found].memory
+        else:  # off the lattice: a refinement or a neighbour
+            point = self.refiner.candidate(params) if self.refiner is not None else None
+            memory = None if point is None else point.memory
+        if memory is not None and self.backoff.learn(memory.margin):
+            self._say(self.backoff.describe())
 
     def crowned(self) -> Measured | None:
         """The config the tuner would hand over now."""

@@ -38,6 +38,7 @@ class TunerSettings(BaseModel):
     recheck: bool = False  # re-measure a new leader measured once, at once (bench: off wins)
     prune: bool = DEFAULT_PRUNE  # stop a trial whose throughput so far is far below the best's
     prescreen: bool = True  # score what the memory model rejects as predicted-oom, unlaunched
+    backoff: bool = True  # after an OOM launch, configs predicted tighter are not proposed
     seed: int | None = None  # the sampler's and the simulator's seed (None: a fresh draw)
 
     def replaced(self, **changes: Any) -> TunerSettings:
