@@ -105,6 +105,8 @@ class Guide:
     def presumed_oom(self) -> np.ndarray:
         """Mask of the candidates an OOM launch showed to be past the memory's edge
         (``tuner.backoff``): their predictions stand, but none is proposed."""
+        if self.backoff.floor is None:  # no OOM launch yet: the usual case
+            return np.zeros(len(self.candidates), dtype=bool)
         return np.array([self.backoff.presumes_oom(c.memory) for c in self.candidates], bool)
 
     def ruled_out(self, keys: set[str]) -> np.ndarray:

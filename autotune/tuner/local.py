@@ -11,8 +11,8 @@ worth more to the crown than a re-measurement: ``Tuner._neighbour``): around eac
 lattice's spacing up and down (on the knob's grid, within its bounds, the space's
 rules, the derived flags, the memory pre-screen and what OOM launches ruled out:
 ``tuner.backoff``). A step up past what fits, or past what the simulator predicts to
-run, stops at the last value that does: the
-pre-screen's edge, where larger batches gain on long prompts. The next launch is
+run, stops at the last value that does: the pre-screen's edge, where larger batches
+gain on long prompts. The next launch is
 the untried neighbour the simulator rates best. Around the leader, once every
 neighbour at the current step is measured and none took the lead, the steps halve,
 down to the knob's resolution. A neighbour leads only by the crown's evidence: its

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
+import optuna
 import pytest
 
-from autotune.study import StudySpec
+from autotune.replay.load import LoadSpec
+from autotune.study import StudySpec, run_study
 from autotune.study.setup import RunOptions, prepare_study
 from autotune.tuner.session import Tuner
 from autotune.tuner.settings import TunerSettings
@@ -14,6 +17,8 @@ from autotune.workload.gen import ClaudeCodeParams, claudecode
 from autotune.workload.io import write_workload
 
 DATA = Path(__file__).resolve().parents[1] / "e2e" / "data"
+SMALL = DATA / "tuner-small.yaml"
+WORKLOAD = Path(__file__).resolve().parents[2] / "workloads" / "sample-claudecode.jsonl"
 
 
 @pytest.fixture(scope="module")
@@ -51,3 +56,24 @@ def guided_tuner(spec: StudySpec, cache: dict, settings: TunerSettings, n_trials
         n_trials=n_trials,
         cache=cache,
     )
+
+
+def run_small_study(
+    tmp_path: Path, *, measure: object, settings: TunerSettings, trials: int, study: str
+) -> optuna.Study:
+    """`autotune run`'s own study of the small space (tuner-small.yaml, the sample
+    workload, an RTX 4080 Super 32 GB) with ``measure`` in place of a server, stored in
+    ``tmp_path``: a second call with the same ``tmp_path`` and ``study`` resumes it."""
+    options = RunOptions(
+        workload=WORKLOAD, model="qwen3.6-27b-awq", hardware="rtx4080s-32g", space=SMALL,
+        storage=f"sqlite:///{tmp_path / 'a.db'}", study=study, trials=trials,
+        load=LoadSpec(max_requests=10, concurrency=4), tuner=settings,
+    )  # fmt: skip
+    spec = dataclasses.replace(
+        prepare_study(options),
+        measure=measure,
+        artifacts_dir=tmp_path / "artifacts",
+        runs_dir=tmp_path / "runs",
+        heartbeat_interval_s=0,
+    )
+    return run_study(spec)

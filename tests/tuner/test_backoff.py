@@ -5,25 +5,20 @@ tuner launched 10 OOMs in 12 trials: each seed it liked sat closer to the edge."
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import optuna
 import pytest
 
 from autotune.config.trial_config import TrialConfig
-from autotune.replay.load import LoadSpec
-from autotune.study import StudySpec, run_study
-from autotune.study.setup import RunOptions, prepare_study
+from autotune.study import StudySpec
 from autotune.trial.record import TrialRecord
 from autotune.trial.run import TrialResult
 from autotune.tuner.backoff import BACKOFF
 from autotune.tuner.settings import TunerSettings
 from autotune.vocabulary import Failure, FailureClass, Outcome
+from tests.tuner.conftest import run_small_study
 
-REPO = Path(__file__).resolve().parents[2]
-SMALL = REPO / "tests" / "e2e" / "data" / "tuner-small.yaml"
-WORKLOAD = REPO / "workloads" / "sample-claudecode.jsonl"
 TRUE_EDGE = -0.06  # the truth OOMs where the model predicts less than 6% of the card free
 
 
@@ -49,19 +44,10 @@ def _measure(spec: StudySpec, config: TrialConfig, log_path: Path, progress: obj
 
 
 def _run(tmp_path: Path, trials: int) -> optuna.Study:
-    options = RunOptions(
-        workload=WORKLOAD, model="qwen3.6-27b-awq", hardware="rtx4080s-32g", space=SMALL,
-        storage=f"sqlite:///{tmp_path / 'a.db'}", study="backoff", trials=trials,
-        load=LoadSpec(max_requests=10, concurrency=4), tuner=TunerSettings(seed=1),
-    )  # fmt: skip
-    spec = dataclasses.replace(
-        prepare_study(options),
-        measure=_measure,
-        artifacts_dir=tmp_path / "artifacts",
-        runs_dir=tmp_path / "runs",
-        heartbeat_interval_s=0,
+    settings = TunerSettings(seed=1)
+    return run_small_study(
+        tmp_path, measure=_measure, settings=settings, trials=trials, study="backoff"
     )
-    return run_study(spec)
 
 
 def _launches(study: optuna.Study) -> list[tuple[float, bool]]:

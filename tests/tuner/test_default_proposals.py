@@ -5,24 +5,18 @@ from ``TunerSettings()`` or from a settings file that spells every key out."""
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
 import yaml
 
 from autotune.config.trial_config import TrialConfig
-from autotune.replay.load import LoadSpec
-from autotune.study import StudySpec, run_study
-from autotune.study.setup import RunOptions, prepare_study
+from autotune.study import StudySpec
 from autotune.trial.record import TrialRecord
 from autotune.trial.run import TrialResult
 from autotune.tuner.settings import TunerSettings
 from autotune.tuner.settings_file import read_run_settings
-
-REPO = Path(__file__).resolve().parents[2]
-SMALL = REPO / "tests" / "e2e" / "data" / "tuner-small.yaml"
-WORKLOAD = REPO / "workloads" / "sample-claudecode.jsonl"
+from tests.tuner.conftest import SMALL, run_small_study
 
 
 def _config(kv: float, mtp: int, lmcache: bool, seqs: int) -> dict:
@@ -57,19 +51,7 @@ def _measure(spec: StudySpec, config: TrialConfig, log_path: Path, progress: obj
 
 
 def _proposals(tmp_path: Path, settings: TunerSettings) -> list[tuple]:
-    options = RunOptions(
-        workload=WORKLOAD, model="qwen3.6-27b-awq", hardware="rtx4080s-32g", space=SMALL,
-        storage=f"sqlite:///{tmp_path / 'a.db'}", study="p", trials=8,
-        load=LoadSpec(max_requests=10, concurrency=4), tuner=settings,
-    )  # fmt: skip
-    spec = dataclasses.replace(
-        prepare_study(options),
-        measure=_measure,
-        artifacts_dir=tmp_path / "artifacts",
-        runs_dir=tmp_path / "runs",
-        heartbeat_interval_s=0,
-    )
-    study = run_study(spec)
+    study = run_small_study(tmp_path, measure=_measure, settings=settings, trials=8, study="p")
     records = [TrialRecord.read(t.user_attrs) for t in study.trials]
     return [
         (t.params, r.confirms, r.warm_start) for t, r in zip(study.trials, records, strict=True)
