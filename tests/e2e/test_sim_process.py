@@ -32,6 +32,7 @@ pytestmark = pytest.mark.timeout(120)
 
 MODEL = "llama-3.1-8b"
 HARDWARE = "h100-80g"
+PORT_TRIES = 3  # a free port picked here can be taken by a parallel test before the bind
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -95,15 +96,23 @@ def launch(tmp_path: Path) -> Iterator:
     def start(
         *flags: str, model: str = MODEL, hardware: str = HARDWARE, wait: bool = True
     ) -> SimProcess:
-        port = _free_port()
-        log_path = tmp_path / f"server-{len(started)}.log"
-        argv = [model, "--hardware", hardware, "--port", str(port), "--startup-s", "1", *flags]
-        process = _start(argv, log_path)
-        started.append(process)
-        sim = SimProcess(process, f"http://127.0.0.1:{port}", log_path)
-        if wait:
-            _wait_healthy(sim.url, process)
-        return sim
+        for _ in range(PORT_TRIES):
+            port = _free_port()
+            log_path = tmp_path / f"server-{len(started)}.log"
+            argv = [model, "--hardware", hardware, "--port", str(port), "--startup-s", "1", *flags]
+            process = _start(argv, log_path)
+            started.append(process)
+            sim = SimProcess(process, f"http://127.0.0.1:{port}", log_path)
+            if not wait:
+                return sim
+            try:
+                _wait_healthy(sim.url, process)
+                return sim
+            except AssertionError:
+                # Another test's server took the free port between its pick and the bind.
+                if "Address already in use" not in log_path.read_text():
+                    raise
+        raise AssertionError(f"no free port in {PORT_TRIES} tries")
 
     yield start
     for process in started:
