@@ -224,3 +224,30 @@ def test_the_default_memory_plan_is_the_unperturbed_one():
     bigger = plan_memory(config, perturbation=MemoryPerturbation(activation=1.05, cudagraph=1.1))
     assert bigger.peak_activation_bytes > plan_memory(config).peak_activation_bytes
     assert bigger.cudagraph_bytes > plan_memory(config).cudagraph_bytes
+
+
+def test_a_study_s_guide_holds_what_its_warm_start_predicts_within_the_budget(tmp_path):
+    """The bench holds the warm start to its budget as on a first night: at a measured rate
+    of twice the budget for the whole lattice, a study gets half of it, the warm start's
+    own first half, and the cap per trial binds before the time does on a short study."""
+    from autotune.tuner.guide import warm_start_queue
+    from autotune.tuner.lattice import enumerate_effective
+
+    spec = bench.prepare(bench.LANDSCAPES["readme"], tmp_path)["spec"]
+    version = spec.engine.version()
+    lattice = list(enumerate_effective(spec.space, model=spec.model, engine_version=version))[:400]
+    settings = bench.STRATEGIES["default"][1]
+    cache = {c.key: f"prediction of {c.key}" for c in lattice} | {"off-lattice": "refined"}
+    setup = {
+        "cache": cache,
+        "candidates": lattice,
+        "warm_start_s": 2 * settings.warm_start_budget_s,
+    }
+    held = bench.warm_started(setup, settings, n_trials=90)
+    queue = warm_start_queue(lattice, settings.warm_start_budget_s, None)
+    assert set(held) == {c.key for c in queue[:200]} | {"off-lattice"}
+    assert held[queue[0].key] == cache[queue[0].key]
+    capped = bench.warm_started(setup, settings, n_trials=1)  # 100 predictions a trial
+    assert len(capped) == bench.PREDICTIONS_PER_TRIAL + 1
+    setup["warm_start_s"] = settings.warm_start_budget_s / 2  # it all fits: the cache itself
+    assert bench.warm_started(setup, settings, n_trials=90) is cache

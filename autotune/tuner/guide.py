@@ -277,6 +277,16 @@ def build_guide(
     )
 
 
+def warm_start_queue(
+    missing: list[Candidate], budget_s: float | None, max_predictions: int | None
+) -> list[Candidate]:
+    """What the warm start predicts, in order: with a time budget or a cap, a fixed
+    shuffle, so that a stop leaves a sample of the whole space."""
+    spread = budget_s or max_predictions is not None
+    order = np.random.default_rng(0).permutation(len(missing)) if spread else range(len(missing))
+    return [missing[i] for i in order][:max_predictions]
+
+
 def _predict_within(
     oracle: SimOracle,
     missing: list[Candidate],
@@ -285,11 +295,9 @@ def _predict_within(
     started: float,
     max_predictions: int | None = None,
 ) -> int:
-    """Predict ``missing`` into ``cache``, in a spread order so that a stop at a budget
-    leaves a sample of the whole space; returns how many were left unpredicted."""
-    spread = budget_s or max_predictions is not None
-    order = np.random.default_rng(0).permutation(len(missing)) if spread else range(len(missing))
-    queue = [missing[i] for i in order][:max_predictions]
+    """Predict ``missing`` into ``cache`` in ``warm_start_queue``'s order; returns how many
+    were left unpredicted."""
+    queue = warm_start_queue(missing, budget_s, max_predictions)
     results = predict_iter(oracle, [c.config for c in queue])
     try:
         for done, (candidate, scored) in enumerate(zip(queue, results, strict=False)):
