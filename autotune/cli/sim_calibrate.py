@@ -95,6 +95,8 @@ def _percent(value: float | None) -> str:
 
 
 def _print_profile(profile: CalibrationProfile, targets: list[Target]) -> None:
+    from autotune.calibration.fit import EVIDENCE, NOISE
+
     table = Table(title=f"calibration: {profile.model} on {profile.hardware} ({profile.source})")
     table.add_column("point")
     for column in ("tok/s", "raw", "fit", "held out", "latency s", "raw", "fit", "held out"):
@@ -121,7 +123,13 @@ def _print_profile(profile: CalibrationProfile, targets: list[Target]) -> None:
     out = console()
     out.print(table)
     out.print("raw: uncalibrated model; fit: calibrated; held out: fitted without that point")
-    if profile.cross_validation:
+    within_noise = profile.catalog_p_value is not None and profile.catalog_p_value >= EVIDENCE
+    if within_noise:
+        out.print(
+            f"the catalog kept: its errors on these points are within measurement noise "
+            f"(p = {profile.catalog_p_value:.2f} at {NOISE:.0%} a figure; a fit would chase it)"
+        )
+    elif profile.cross_validation:
         tried = ", ".join(f"{key} {error:.1%}" for key, error in profile.cross_validation.items())
         chosen = (
             "the catalog kept"

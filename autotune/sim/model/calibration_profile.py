@@ -83,6 +83,9 @@ class CalibrationProfile(BaseModel):
     # The prior's weight cross-validation chose (calibration/fit.py, PRIOR_WEIGHTS); None
     # with no fitted constants: the catalog's held out better than any fit.
     prior_weight: float | None = None
+    # How likely measurement noise alone leaves the catalog's errors on the points as large
+    # as measured (calibration/fit.py, catalog_p_value): at EVIDENCE or more, nothing moved.
+    catalog_p_value: float | None = None
     cross_validation: dict[str, float] = {}  # held-out median error of each candidate
     points: list[FittedPoint] = []
     # Expected relative error of a prediction: the median absolute error, throughput and
