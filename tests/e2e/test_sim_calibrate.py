@@ -120,3 +120,9 @@ def test_calibrate_from_a_sim_study(tmp_path: Path) -> None:
         # The simulator's startup report and its memory model agree to the token.
         assert point["measured_kv_cache_tokens"] == point["model_kv_cache_tokens"]
         assert point["calibrated_tok_s"] > 0
+    # The study's engine is the catalog's simulator: its trials are no evidence against
+    # the catalog, so nothing moves, and the command says why.
+    assert profile["catalog_p_value"] >= 0.05 and profile["fitted"] == []
+    assert "the catalog kept: its errors on these points are within measurement noise" in (
+        " ".join(done.stdout.split())
+    )
