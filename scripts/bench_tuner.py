@@ -619,8 +619,11 @@ def warm_started(setup: dict, settings: TunerSettings, n_trials: int) -> dict:
     on a first night: the lattice configs it predicts within ``warm_start_budget_s`` (at the
     rate measured cold, ``setup["warm_start_s"]`` for the whole lattice, default workers) and
     the cap of ``PREDICTIONS_PER_TRIAL`` per trial, in its own order; off-lattice entries
-    (refinement's, predicted on demand in a study too) are kept."""
+    (refinement's, predicted on demand in a study too) are kept. An empty cache (nothing
+    predicted ahead) is the study's to fill, in real time, as in `autotune run`."""
     cache: dict = setup["cache"]
+    if not cache:
+        return cache
     candidates: list[Candidate] = setup["candidates"]
     budget_s, cap = settings.warm_start_budget_s, PREDICTIONS_PER_TRIAL * n_trials
     share = 1.0 if budget_s is None else budget_s / setup["warm_start_s"]
