@@ -294,8 +294,9 @@ def _abs_errors(
 
 @dataclass(frozen=True)
 class PriorChoice:
-    """What cross-validation chose: a prior weight, or None (the catalog kept), with the
-    held-out median error of each candidate (key "catalog" for the uncalibrated one)."""
+    """What the noise test or cross-validation chose: a prior weight, or None (the catalog
+    kept), with the held-out median error of each candidate tried (key "catalog" for the
+    uncalibrated one; the noise test tries only it)."""
 
     weight: float | None
     held_out: dict[int, tuple[float, float] | None]
