@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import tempfile
 from collections.abc import Iterable
@@ -14,6 +13,7 @@ from typing import BinaryIO
 from pydantic import TypeAdapter, ValidationError
 
 from autotune.errors import WorkloadError
+from autotune.workload.jsonline import parse_json_line
 from autotune.workload.schema import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -112,12 +112,11 @@ def _read_lines(path: Path, handle: BinaryIO, skip_invalid: bool) -> Workload:
     skipped: list[str] = []
     for number, line in enumerate(handle, 1):
         digest.update(line)
-        raw = line.decode("utf-8", errors="replace")
-        if not raw.strip():
+        if not line.strip():
             continue
         where = f"{path}:{number}"
         try:
-            record = _parse_line(raw, where)
+            record = _parse_line(line, where)
             if header is None:
                 if not isinstance(record, Header):
                     raise WorkloadError(f"{where}: type: the first line must be the header")
@@ -150,11 +149,8 @@ def _read_lines(path: Path, handle: BinaryIO, skip_invalid: bool) -> Workload:
     )
 
 
-def _parse_line(raw: str, where: str) -> Header | PrefixRecord | RequestRecord:
-    try:
-        obj = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise WorkloadError(f"{where}: (line): invalid JSON: {exc.msg}") from exc
+def _parse_line(line: bytes, where: str) -> Header | PrefixRecord | RequestRecord:
+    obj = parse_json_line(line, where)
     if isinstance(obj, dict) and obj.get("type") == "header" and "version" in obj:
         version = obj["version"]
         if isinstance(version, int) and version != FORMAT_VERSION:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterator
 from typing import Protocol
 
 
@@ -43,6 +44,9 @@ _SUBWORDS = re.compile(r"[^A-Za-z]?[A-Z]?[a-z]+|[^A-Za-z]?[A-Z]+(?![a-z])")  # c
 _CJK_CHARS_PER_TOKEN = 1.3  # common 2-character words are one token
 _LETTERS_PER_TOKEN = 3.0  # non-ASCII letters beyond CJK
 _RANDOM_LETTERS_PER_TOKEN = 1.2  # base64, hashes: case flips every ~2 letters
+# Pieces up to this long keep their ids for reuse; a longer one (a base64 image, a minified
+# blob) is hashed afresh each time, so the cache never holds more than a few KB per piece.
+_CACHED_PIECE_CHARS = 256
 
 
 def _subword_tokens(word: str) -> float:
@@ -60,11 +64,15 @@ def _subword_tokens(word: str) -> float:
 
 
 def _letters_tokens(piece: str) -> float:
-    words = _SUBWORDS.findall(piece)
+    words = 0
+    tokens = 0.0  # summed in order, as sum() would: the same float for any piece
+    for match in _SUBWORDS.finditer(piece):  # one word at a time: a 10 MB run is no list
+        words += 1
+        tokens += _subword_tokens(match.group())
     letters = len(piece.lstrip())
-    if len(words) >= 3 and letters < 3 * len(words):
+    if words >= 3 and letters < 3 * words:
         return letters / _RANDOM_LETTERS_PER_TOKEN
-    return sum(_subword_tokens(word) for word in words)
+    return tokens
 
 
 def expected_tokens(piece: str) -> float:
@@ -96,9 +104,16 @@ def piece_cost(piece: str) -> int:
     return whole
 
 
-def _ids(piece: str, count: int, modulus: int) -> tuple[int, ...]:
-    keys = [piece, *(f"{piece}\0{index}" for index in range(1, count))]
-    return tuple(_digest(key) & (modulus - 1) for key in keys)
+def _ids(piece: str, count: int, modulus: int) -> Iterator[int]:
+    """Ids of the ``count`` tokens of ``piece``: the digest of ``piece``, then of
+    ``piece\\0N`` for the N-th, hashed from one copy of the piece's hash state so a long
+    piece costs its length once, not once per token."""
+    head = hashlib.blake2b(piece.encode(), digest_size=4)
+    yield int.from_bytes(head.digest(), "little") & (modulus - 1)
+    for index in range(1, count):
+        key = head.copy()
+        key.update(b"\0%d" % index)
+        yield int.from_bytes(key.digest(), "little") & (modulus - 1)
 
 
 class WordTokenizer:
@@ -117,14 +132,25 @@ class WordTokenizer:
     def piece_ids(self, piece: str) -> tuple[int, ...]:
         ids = self._pieces.get(piece)
         if ids is None:
-            ids = self._pieces[piece] = _ids(piece, piece_cost(piece), self.vocab_size)
+            ids = tuple(_ids(piece, piece_cost(piece), self.vocab_size))
+            if len(piece) <= _CACHED_PIECE_CHARS:
+                self._pieces[piece] = ids
         return ids
 
     def encode(self, text: str) -> list[int]:
         out: list[int] = []
-        for piece in _PIECES.findall(text):
-            out.extend(self.piece_ids(piece))
+        for match in _PIECES.finditer(text):
+            piece = match.group()
+            if len(piece) <= _CACHED_PIECE_CHARS:
+                out.extend(self.piece_ids(piece))
+            else:
+                out.extend(_ids(piece, piece_cost(piece), self.vocab_size))
         return out
 
     def count(self, text: str) -> int:
-        return sum(len(self.piece_ids(piece)) for piece in _PIECES.findall(text))
+        return sum(self._piece_count(match.group()) for match in _PIECES.finditer(text))
+
+    def _piece_count(self, piece: str) -> int:
+        if len(piece) <= _CACHED_PIECE_CHARS:
+            return len(self.piece_ids(piece))
+        return piece_cost(piece)
