@@ -63,6 +63,10 @@ _CHOICES = b'"choices":[{'
 _NO_FINISH = b'"finish_reason":null'
 _USAGE = b'"usage":{'
 _ERROR = b'"error"'
+# The longest SSE line (or error body) read: a vLLM event is one token's delta, a few hundred
+# bytes, and its last event (usage) not much more. A line that runs past this is a broken
+# server or proxy: the request fails (``line-too-long``) rather than buffer it without end.
+MAX_SSE_LINE_BYTES = 1 << 20
 # In lockstep a stalled stream (a fault modelled time cannot see) still ends, this many
 # times later than the modelled timeout would on scaled wall time.
 LOCKSTEP_WALL_TIMEOUT_FACTOR = 4.0
@@ -167,6 +171,11 @@ async def _read_stream(
             now = time.perf_counter()
         pending += raw
         if b"\n" not in raw:
+            if len(pending) > MAX_SSE_LINE_BYTES:
+                raise _StreamFault(
+                    RequestError.LINE_TOO_LONG,
+                    f"an SSE line past {MAX_SSE_LINE_BYTES:,} bytes without its end",
+                )
             continue
         lines = pending.split(b"\n")
         pending = lines.pop()
@@ -196,6 +205,16 @@ async def _read_stream(
             if not isinstance(data, dict):
                 raise ValueError(f"SSE data is not an object: {payload[:80]!r}")
             on_event(stream, data, now)
+
+
+async def _read_error_body(response: httpx.Response) -> bytes:
+    """An error answer's body, its first ``MAX_SSE_LINE_BYTES`` only (enough for a message)."""
+    body = bytearray()
+    async for raw in response.aiter_bytes():
+        body += raw
+        if len(body) >= MAX_SSE_LINE_BYTES:
+            break
+    return bytes(body[:MAX_SSE_LINE_BYTES])
 
 
 def _first_line(text: str) -> str:
@@ -265,7 +284,7 @@ async def send_request(
             ) as response:
                 status = response.status_code
                 if status >= 400:
-                    text = (await response.aread()).decode(errors="replace")
+                    text = (await _read_error_body(response)).decode(errors="replace")
                     error = RequestError.HTTP_4XX if status < 500 else RequestError.HTTP_5XX
                     detail = _error_message(text)
                 else:

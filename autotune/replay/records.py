@@ -21,6 +21,7 @@ class RequestError(StrEnum):
     CONNECT = "connect"  # could not connect / connection reset before a response
     CUT_STREAM = "cut-stream"  # the stream ended without its final event
     MALFORMED = "malformed"  # SSE / JSON that cannot be parsed
+    LINE_TOO_LONG = "line-too-long"  # an SSE line or error body past the client's bound
 
 
 class RequestRecord(BaseModel):

@@ -43,8 +43,8 @@ def _stub_factory() -> Iterator[StubFactory]:
     def start(**options: float | str) -> str:
         port = free_port()
         argv = [sys.executable, "-m", "tests.replay.stub_server", "--port", str(port)]
-        for name, value in options.items():
-            argv += [f"--{name.replace('_', '-')}", str(value)]
+        for name, value in options.items():  # a value of "" is a flag
+            argv += [f"--{name.replace('_', '-')}", *([str(value)] if value != "" else [])]
         process = subprocess.Popen(argv, cwd=REPO_ROOT)
         processes.append(process)
         url = f"http://127.0.0.1:{port}"

@@ -3,6 +3,7 @@
 Run: ``python -m tests.replay.stub_server --port P [--ttft-s S] [--itl-s S] [--max-running N]
 [--api-key K]`` (OpenAI endpoints then answer 401 without ``Authorization: Bearer K``).
 Requests beyond ``--max-running`` wait (``vllm:num_requests_waiting``), as vLLM queues them.
+``--endless-line``: every OpenAI stream is one SSE line that never ends (a broken proxy).
 """
 
 from __future__ import annotations
@@ -23,7 +24,12 @@ MODEL = "stub-model"
 
 
 def build_app(
-    *, ttft_s: float, itl_s: float, max_running: int, api_key: str | None = None
+    *,
+    ttft_s: float,
+    itl_s: float,
+    max_running: int,
+    api_key: str | None = None,
+    endless_line: bool = False,
 ) -> Starlette:
     registry = CollectorRegistry()
     labels = {"model_name": MODEL, "engine": "0"}
@@ -66,6 +72,12 @@ def build_app(
         prompt_tokens = len(text.split())
         chat = "messages" in body
 
+        async def endless() -> AsyncIterator[bytes]:
+            yield b'data: {"choices": [{"delta": {"content": "'
+            while True:
+                yield b"A" * 65536
+                await asyncio.sleep(0)
+
         async def stream() -> AsyncIterator[bytes]:
             async for i in tokens(n, prompt_tokens):
                 last = i == n - 1
@@ -79,7 +91,8 @@ def build_app(
             yield sse({"id": "x", "choices": [], "usage": usage})
             yield b"data: [DONE]\n\n"
 
-        return StreamingResponse(stream(), media_type="text/event-stream")
+        body_stream = endless() if endless_line else stream()
+        return StreamingResponse(body_stream, media_type="text/event-stream")
 
     async def messages(request: Request) -> Response:
         body = await request.json()
@@ -122,9 +135,14 @@ def main() -> None:
     parser.add_argument("--itl-s", type=float, default=0.002)
     parser.add_argument("--max-running", type=int, default=1000)
     parser.add_argument("--api-key", default=None)
+    parser.add_argument("--endless-line", action="store_true")
     args = parser.parse_args()
     app = build_app(
-        ttft_s=args.ttft_s, itl_s=args.itl_s, max_running=args.max_running, api_key=args.api_key
+        ttft_s=args.ttft_s,
+        itl_s=args.itl_s,
+        max_running=args.max_running,
+        api_key=args.api_key,
+        endless_line=args.endless_line,
     )
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
 

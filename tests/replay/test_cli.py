@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -77,3 +79,17 @@ def test_api_key_comes_from_the_environment_and_is_never_printed(
     assert json.loads(result.output)[0]["result"]["stats"]["failed"] == 0
     refused = CliRunner().invoke(app, argv, env={"VLLM_API_KEY": "", "OPENAI_API_KEY": ""})
     assert json.loads(refused.output)[0]["result"]["stats"]["errors_by_class"] == {"http-4xx": 6}
+
+
+def test_a_never_ending_sse_line_fails_its_request_as_line_too_long(
+    stub_server: StubFactory, workload: Path
+) -> None:
+    """Before: the replay buffered the line without end (527 MB after 300 s)."""
+    url = stub_server(endless_line="")
+    argv = ["replay", "--url", url, "-w", str(workload), "--mode", "concurrency", "--json"]
+    done = subprocess.run(
+        [sys.executable, "-m", "autotune", *argv], capture_output=True, text=True, timeout=50
+    )
+    assert done.returncode == 0, done.stderr
+    stats = json.loads(done.stdout)[0]["result"]["stats"]
+    assert stats["errors_by_class"] == {"line-too-long": 6}
