@@ -22,11 +22,13 @@ absolute form ``http://host/...``, an authority such as ``@host:port/...`` or
 ``host:port``, ``*``) is refused with a 400, so no client can aim it, its
 ``x-api-key`` or ``authorization`` with it, at another host.
 
-No connection hangs for ever: a body is read within ``BODY_IDLE_TIMEOUT_S`` between
-its parts and ``BODY_TIMEOUT_S`` in all (else 408), up to ``MAX_BODY_BYTES`` (else
-413, before reading when the Content-Length says so); such an answer closes that
-connection and the proxy goes on serving. The upstream gets ``UPSTREAM_TIMEOUT``; a
-client that goes away while the upstream is silent cuts the upstream request at once.
+No connection hangs for ever: a request's head must be whole within ``HEAD_TIMEOUT_S``
+(``proxy_connection.py``; else the connection is closed), a body is read within
+``BODY_IDLE_TIMEOUT_S`` between its parts and ``BODY_TIMEOUT_S`` in all (else 408), up
+to ``MAX_BODY_BYTES`` (else 413, before reading when the Content-Length says so); such
+an answer closes that connection and the proxy goes on serving. The upstream gets
+``UPSTREAM_TIMEOUT``; a client that goes away while the upstream is silent cuts the
+upstream request at once.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ import uvicorn
 from autotune.http_transport import AiohttpTransport
 from autotune.workload.importers.requests_log import SESSION_HEADER
 from autotune.workload.plan import Endpoint
+from autotune.workload.proxy_connection import KEEP_ALIVE_IDLE_S, HeadDeadlineProtocol
 from autotune.workload.recorder import FLUSH_INTERVAL_S, Exchange, Recorder
 
 Scope = MutableMapping[str, Any]
@@ -382,5 +385,7 @@ def serve(
         lifespan="on",
         server_header=False,  # the upstream's own Server and Date headers pass through
         date_header=False,
+        http=HeadDeadlineProtocol,
+        timeout_keep_alive=KEEP_ALIVE_IDLE_S,
     )
     return recorder

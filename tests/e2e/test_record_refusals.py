@@ -24,6 +24,7 @@ import pytest
 from autotune.errors import WorkloadError
 from autotune.workload import read_workload
 from autotune.workload.proxy import MAX_BODY_BYTES
+from autotune.workload.proxy_connection import HEAD_TIMEOUT_S
 from tests.e2e.conftest import SIM_ARGS, default_sigint, wait_for
 from tests.replay.conftest import free_port, wait_ready
 
@@ -305,3 +306,49 @@ def test_a_client_that_leaves_cuts_its_upstream_request(tmp_path: Path) -> None:
     finally:
         for process in processes:
             _stop(process)
+
+
+def _held_for_s(port: int, head: bytes, trickle_s: float, give_up_s: float) -> float | None:
+    """Open a connection, send ``head`` then a header line every ``trickle_s`` (an empty
+    ``head``: nothing at all); seconds until the proxy closed it, None if it never did."""
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.settimeout(trickle_s)
+        with contextlib.suppress(OSError):
+            sock.sendall(head)
+        while time.monotonic() - started < give_up_s:
+            try:
+                if sock.recv(4096) == b"":
+                    return time.monotonic() - started
+            except TimeoutError:
+                if head:
+                    with contextlib.suppress(OSError):
+                        sock.sendall(b"x-trickle: 1\r\n")
+            except OSError:
+                return time.monotonic() - started
+    return None
+
+
+def test_slow_or_silent_heads_are_closed_at_the_head_deadline(
+    proxy: tuple[int, Path, OtherHost],
+) -> None:
+    """20 clients trickle a header line every second, 5 send nothing. Before: each held
+    its connection (a descriptor) for as long as it trickled."""
+    port, out, _ = proxy
+    head = b"POST /v1/messages HTTP/1.1\r\nhost: x\r\n"
+    held: list[float | None] = []
+    threads = [
+        threading.Thread(target=lambda h=h: held.append(_held_for_s(port, h, 1.0, 25.0)))
+        for h in [head] * 20 + [b""] * 5
+    ]
+    for thread in threads:
+        thread.start()
+    time.sleep(1.0)
+    before = _recorded(out)
+    assert "data: [DONE]" in _good_request(port)  # served meanwhile
+    for thread in threads:
+        thread.join(timeout=40)
+    assert len(held) == 25 and None not in held, held
+    assert all(HEAD_TIMEOUT_S - 1 < s < HEAD_TIMEOUT_S + 5 for s in held), held  # type: ignore[operator]
+    assert "data: [DONE]" in _good_request(port)
+    assert wait_for(lambda: _recorded(out) == before + 2, timeout_s=10)
