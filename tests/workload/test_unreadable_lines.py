@@ -1,6 +1,7 @@
 """Lines no JSON reader should choke on: a megabyte-long word loads in memory linear in
 its length, and a 5,000-digit integer, 100,000 nested brackets or invalid UTF-8 is one
-line naming file, line and field (exit 2), never a traceback or a silent U+FFFD."""
+line naming file, line and field (exit 2), never a traceback or a silent U+FFFD; the
+importers drop such lines of a request log and say so.""""""
 
 from __future__ import annotations
 
@@ -108,3 +109,25 @@ def test_an_unreadable_line_is_one_line_naming_file_line_and_field(
     done = _stats(path)
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stderr.strip() == f"error: {path}:2: {message}"
+
+
+@pytest.mark.parametrize("source_format", ["openai-log", None])
+def test_an_importer_drops_unreadable_lines_without_a_traceback(
+    tmp_path: Path, source_format: str | None
+) -> None:
+    """Before: a RecursionError traceback, exit 1, from the import and from detection."""
+    good = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    deep, digits = "[" * 100_000 + "]" * 100_000, '{"max_tokens": ' + "9" * 5000 + "}"
+    source = tmp_path / "log.jsonl"
+    lines = [good, deep, digits, good] if source_format else [good, digits, good]  # in its peek
+    source.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out.jsonl"
+    named = ["--from", source_format] if source_format else []
+    argv = [sys.executable, "-m", "autotune", "workload", "import", *named, str(source), str(out)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    if source_format:
+        assert done.returncode == 0 and "2 x invalid JSON line" in done.stdout + done.stderr
+        assert out.exists()
+    else:  # detection reads the first lines: junk there is no known format
+        assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1

@@ -45,7 +45,7 @@ def _kind_of_text(text: str) -> str | None:
     lines = [line for line in stripped.splitlines() if line.strip()]
     try:
         rows: list[Any] = [json.loads(line) for line in lines[:-1] or lines]
-    except json.JSONDecodeError:  # one JSON document larger than its first line
+    except (ValueError, RecursionError):  # one JSON document larger than its first line, or junk
         if stripped.startswith("{") and '"requests"' in stripped and '"hash_ids"' in stripped:
             return "weka"
         return None

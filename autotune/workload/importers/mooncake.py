@@ -46,7 +46,7 @@ def import_mooncake(
             hash_ids = [int(h) for h in row["hash_ids"]]
             tokens = int(row["input_length"])
             output = int(row["output_length"])
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, RecursionError):  # JSONDecodeError is a ValueError
             report.dropped["malformed line (JSON or a missing field)"] += 1
             continue
         if output < 1:

@@ -64,7 +64,7 @@ def import_requests_log(source: Path, *, kind: str) -> tuple[Workload, ImportRep
         report.read["lines"] += 1
         try:
             row = json.loads(line)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # a 5,000-digit integer, 100,000 brackets deep
             report.dropped["invalid JSON line"] += 1
             continue
         request = row.get("request") if isinstance(row, dict) else None
