@@ -1,7 +1,7 @@
 """Lines no JSON reader should choke on: a megabyte-long word loads in memory linear in
 its length, and a 5,000-digit integer, 100,000 nested brackets or invalid UTF-8 is one
 line naming file, line and field (exit 2), never a traceback or a silent U+FFFD; the
-importers drop such lines of a request log and say so.""""""
+importers drop such lines of a request log and say so."""
 
 from __future__ import annotations
 
@@ -92,6 +92,11 @@ BAD_LINES = {
     "invalid UTF-8 in a string": (
         _request(b'"caf\xc3\xa9, then \xff\xfe"'),
         "input.messages.0.content: invalid UTF-8: byte 0xff at character 12",
+    ),
+    "a lone surrogate escape": (
+        _request(b'"a \\ud83d\\ude00 pair, then half of one: \\ud800"'),
+        "input.messages.0.content: invalid string: a lone surrogate \\ud800 at character 29 "
+        "(half of a pair; not a character)",
     ),
     "invalid UTF-8 outside a string": (
         b'{"type": "request", \xff "id": "r"}',
