@@ -29,6 +29,36 @@ STORAGE_FAILURES: tuple[type[BaseException], ...] = (
 _DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
 
 
+class StorageStopped(BaseException):
+    """The storage stopped taking writes during a trial (``storage_failure`` says how).
+
+    A BaseException, as KeyboardInterrupt is, so that Optuna's trial loop lets it through
+    without telling the trial's end to a storage that cannot take it (its tell fails,
+    then asserts "Should not reach"); the study loop turns it into one line.
+    """
+
+    def __init__(self, storage_failure: BaseException) -> None:
+        super().__init__(str(storage_failure))
+        self.storage_failure = storage_failure
+
+
+class StudyStorage(optuna.storages.RDBStorage):
+    """Optuna's RDB storage whose heartbeat outlives a storage that stops taking writes.
+
+    Optuna records heartbeats from a thread of its own, where a full disk is a traceback
+    per interval; here a failed heartbeat is kept in ``heartbeat_failure`` instead. The
+    trial's own writes fail in turn, and that failure ends the study (``storage_write_errors``).
+    """
+
+    heartbeat_failure: BaseException | None = None
+
+    def record_heartbeat(self, trial_id: int) -> None:
+        try:
+            super().record_heartbeat(trial_id)
+        except STORAGE_FAILURES as exc:
+            self.heartbeat_failure = exc
+
+
 def storage_url_of(text: str) -> str:
     """The URL a ``--storage`` value names: a database URL as it is, a plain path (no
     ``scheme://``) as a SQLite file; StorageError for a scheme SQLAlchemy has no dialect
@@ -66,7 +96,7 @@ def open_storage(
     *,
     heartbeat_interval_s: int | None = None,
     on_stale_trial: Callable[[optuna.Study, FrozenTrial], None] | None = None,
-) -> optuna.storages.RDBStorage:
+) -> StudyStorage:
     """An RDBStorage for ``url``, with a heartbeat when ``heartbeat_interval_s`` is given:
     a trial silent for ``GRACE_HEARTBEATS`` intervals is failed, then handed to
     ``on_stale_trial`` (the budget's retry). Errors name the URL in one line."""
@@ -85,7 +115,7 @@ def open_storage(
                     "grace_period": GRACE_HEARTBEATS * heartbeat_interval_s,
                     "heartbeat_stale_trial_callback": on_stale_trial,
                 }
-            return optuna.storages.RDBStorage(
+            return StudyStorage(
                 url, engine_kwargs={"connect_args": _connect_args(url)}, **heartbeat
             )
     except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError, OSError) as exc:
@@ -107,19 +137,26 @@ def _connect_args(url: str) -> dict[str, Any]:
 def storage_write_errors(url: str) -> Iterator[None]:
     """A storage that stops taking writes (disk full, read-only, locked) mid-study: one line.
 
-    Each trial is its own transaction, so what was stored before stays whole; the
-    trial that was running is recovered as stale on the next run.
+    Each trial is its own transaction, so what was stored before stays whole; a trial
+    the storage could not even mark failed is recovered as stale on the next run.
     """
     try:
         yield
+    except StorageStopped as stopped:  # during a trial: the runner recorded what it could
+        exc = stopped.storage_failure
+        raise StorageError(_write_failed(url, exc)) from exc
     except (*STORAGE_FAILURES, OSError) as exc:
         if not is_storage_failure(exc):
             raise
-        raise StorageError(
-            f"--storage {url}: writing the study failed: {root_cause_text(exc)}. The trials "
-            "stored before are intact; make room (or fix permissions, or stop the other "
-            "writer) and rerun the same command to resume"
-        ) from exc
+        raise StorageError(_write_failed(url, exc)) from exc
+
+
+def _write_failed(url: str, exc: BaseException) -> str:
+    return (
+        f"--storage {url}: writing the study failed: {root_cause_text(exc)}. The trials "
+        "stored before are intact; make room (or fix permissions, or stop the other "
+        "writer) and rerun the same command to resume"
+    )
 
 
 def completed_count(study: optuna.Study) -> int:
