@@ -15,6 +15,7 @@ import typer
 import autotune
 from autotune.cli import app
 from autotune.cli._lazy import COMMANDS
+from tests.conftest import scaled_timeout_s
 
 HEAVY = ("plotly", "pandas", "optuna", "scipy", "numpy", "sqlalchemy", "uvicorn", "starlette")
 LOADED_AFTER = """
@@ -32,7 +33,8 @@ def loaded_after(*args: str) -> set[str]:
     """The top-level packages a real ``python -m autotune ARGS`` imported."""
     done = subprocess.run(
         [sys.executable, "-c", LOADED_AFTER, *args],
-        capture_output=True, text=True, timeout=120, cwd=Path(autotune.__file__).parents[1],
+        capture_output=True, text=True, timeout=scaled_timeout_s(60),
+        cwd=Path(autotune.__file__).parents[1],
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     (line,) = [text for text in done.stdout.splitlines() if text.startswith("loaded:")]
