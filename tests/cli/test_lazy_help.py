@@ -46,6 +46,13 @@ def test_help_imports_no_heavy_package() -> None:
     assert loaded_after("--help").isdisjoint(HEAVY)
 
 
+def test_a_workload_command_imports_no_study() -> None:
+    """Before: every command imported the study package (Optuna, pandas, SQLAlchemy) for
+    ``--storage``'s parser, also to print a one-line error about a workload file."""
+    loaded = loaded_after("workload", "stats", "/nonexistent.jsonl")
+    assert loaded.isdisjoint(("plotly", "pandas", "optuna", "scipy", "sqlalchemy")), loaded
+
+
 def test_a_command_imports_what_it_needs() -> None:
     assert "optuna" in loaded_after("show", "--help")
 
