@@ -28,9 +28,14 @@ def scaled_timeout_s(idle_s: float) -> float:
 @functools.cache
 def slowdown() -> float:
     """Wall over CPU seconds of one CLI start-up, now: how much the load stretches work."""
+    return measured_slowdown(PROBE)
+
+
+def measured_slowdown(probe: str) -> float:
+    """Wall over CPU seconds of ``python -c probe``, run now."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
-    subprocess.run([sys.executable, "-c", PROBE], cwd=REPO, check=True, timeout=PROBE_LIMIT_S)
+    subprocess.run([sys.executable, "-c", probe], cwd=REPO, check=True, timeout=PROBE_LIMIT_S)
     wall_s = time.monotonic() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
