@@ -91,7 +91,7 @@ class TrialRunner:
                 return self._repeat(trial, twin)
             result = self._run(trial, params, config, prunable=not is_baseline)
         except Exception as exc:
-            if is_storage_failure(exc):  # a heartbeat, a report: the storage is full
+            if is_storage_failure(exc):  # the claim, a pruning report: the storage is full
                 self._storage_failed(trial, exc)
             # Our own failure, not the server's: FAIL with the reason; samplers forget it.
             error = f"{type(exc).__name__}: {exc}"[:2000]
@@ -134,8 +134,10 @@ class TrialRunner:
         if is_storage_failure(exc):
             self._storage_failed(trial, exc)
         error = f"{type(exc).__name__}: {exc}"[:2000]
-        with contextlib.suppress(*STORAGE_FAILURES):
+        try:
             TrialRecord(outcome=Outcome.OWN_ERROR, error=error).write(trial)
+        except STORAGE_FAILURES as storing:
+            self._storage_failed(trial, storing)
 
     def _storage_failed(self, trial: optuna.Trial, exc: BaseException) -> NoReturn:
         """The storage stopped taking writes during the trial: store the trial as the
