@@ -7,9 +7,11 @@ Each row of FAULTS is data: a study (trials, workers, storage), a fault schedule
 simulated servers (AUTOTUNE_SIM_FAULT_SCHEDULE, one line of ``--fault-*`` flags per
 launch, docs/sim-server.md), at most one ``Act`` done to a process once a trial reaches
 a phase (a signal to autotune, a worker or the trial's server, or a command of your own),
-and how many times the same command is run again afterwards. Add a row to cover another
-fault. Each run gets a fresh directory and a fresh study (SQLite, or a database on a
-scratch PostgreSQL server the script starts, tests/e2e/postgres.py; PostgreSQL rows are
+and how many times the same command is run again afterwards. A row with ``disk_bytes``
+puts the SQLite study (and its runs) on a tmpfs that small (needs root), emptied of the
+act's ``filler`` file before each rerun. Add a row to cover another fault. Each run gets
+a fresh directory and a fresh study (SQLite, or a database on a scratch PostgreSQL
+server the script starts, tests/e2e/postgres.py; PostgreSQL rows are
 skipped, with the reason, when its binaries are missing).
 
 Counted once the last rerun has ended (``--trials N``; counted: COMPLETE or PRUNED):
@@ -40,7 +42,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -94,6 +97,7 @@ class Fault:
     storage: Literal["sqlite", "postgres"] = "sqlite"
     reruns: int = 1
     options: tuple[str, ...] = ()  # more `autotune run` options
+    disk_bytes: int | None = None  # the study on a tmpfs this small: a disk that fills
 
 
 FAULTS = (
@@ -128,6 +132,13 @@ FAULTS = (
         trials=3,
         act=Act(1, "serving", target="server", signal="SIGSTOP"),
         schedule=("", SLOW),
+    ),
+    Fault(
+        "disk full mid-trial (heartbeat every 1 s), rerun with room",
+        trials=3,
+        act=Act(1, "serving", command=("sh", "-c", "cat /dev/zero > {workdir}/disk/filler")),
+        options=("--heartbeat-interval", "1"),
+        disk_bytes=4 << 20,
     ),
     Fault(
         "kill -9 of a worker in the last trial (3 workers)",
@@ -203,6 +214,7 @@ def one_run(fault: Fault, workdir: Path, storage: str, code: Path | None) -> Out
     helpers: list[subprocess.Popen[bytes]] = []
     started = time.monotonic()
     for attempt in range(1 + fault.reruns):
+        (workdir / "disk" / "filler").unlink(missing_ok=True)  # room again for the rerun
         with (workdir / f"autotune-{attempt}.out").open("w") as out:
             process = subprocess.Popen(
                 argv, cwd=workdir, stdout=out, stderr=subprocess.STDOUT, env=env,
@@ -229,6 +241,21 @@ def one_run(fault: Fault, workdir: Path, storage: str, code: Path | None) -> Out
         os.kill(pid, signal.SIGKILL)
     count(fault, optuna.load_study(study_name=STUDY, storage=handle), outcome)
     return outcome
+
+
+@contextmanager
+def small_disk(directory: Path, size_bytes: int | None) -> Iterator[None]:
+    """``directory``, a tmpfs of ``size_bytes`` when given (root and mount needed)."""
+    directory.mkdir()
+    if size_bytes is None:
+        yield
+        return
+    mount = ["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", str(directory)]
+    subprocess.run(mount, check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["umount", "--lazy", str(directory)], check=False)
 
 
 def act_when_reached(
@@ -260,6 +287,7 @@ def act_when_reached(
                     "server_port": server_port(pids["server"]),
                     "worker_pid": worker,
                     "autotune_pid": process.pid,
+                    "workdir": workdir,
                 }
                 argv = [part.format(**fill) for part in act.command]
                 helpers.append(subprocess.Popen(argv, cwd=REPO, env=env))  # not an orphan
@@ -364,9 +392,10 @@ def main() -> int:
                 storage = (
                     create_database(server)
                     if fault.storage == "postgres" and server is not None
-                    else f"sqlite:///{workdir / 'autotune.db'}"
+                    else f"sqlite:///{workdir / 'disk' / 'autotune.db'}"
                 )
-                outcomes.append(one_run(fault, workdir, storage, args.code))
+                with small_disk(workdir / "disk", fault.disk_bytes):
+                    outcomes.append(one_run(fault, workdir, storage, args.code))
                 print(f"{fault.name} #{index + 1}: {outcomes[-1]}", file=sys.stderr, flush=True)
             rows[fault.name] = outcomes
     code = f" (autotune from {args.code})" if args.code else ""

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import autotune
+from tests.conftest import scaled_timeout_s
 
 PACKAGE_ROOT = Path(autotune.__file__).parent
 
@@ -83,7 +84,11 @@ def test_layering_holds_transitively(package: str, forbidden: str) -> None:
         f"print(sorted(name for name in sys.modules if name.startswith({forbidden!r})))\n"
     )
     result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=scaled_timeout_s(120),
     )
     assert result.stdout.strip() == "[]", f"{package} loads {result.stdout.strip()}"
 
@@ -163,6 +168,7 @@ def test_the_workload_modules_import_without_sqlalchemy() -> None:
     in vLLM's venv with ModuleNotFoundError."""
     done = subprocess.run(
         [sys.executable, "-c", WITHOUT_SQLALCHEMY],
-        capture_output=True, text=True, timeout=60, cwd=Path(autotune.__file__).parents[1],
+        capture_output=True, text=True, timeout=scaled_timeout_s(60),
+        cwd=Path(autotune.__file__).parents[1],
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from autotune.study import default_study_name
 from autotune.workload import load_plan
+from tests.conftest import scaled_timeout_s
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
@@ -41,7 +42,7 @@ def test_the_hardware_names_used_are_listed_by_sim_catalog() -> None:
     assert "autotune sim catalog" in README
     catalog = subprocess.run(
         [sys.executable, "-m", "autotune", "sim", "catalog"],
-        capture_output=True, text=True, timeout=60, check=True,
+        capture_output=True, text=True, timeout=scaled_timeout_s(60), check=True,
     ).stdout  # fmt: skip
     gpu = r"([a-z0-9.]+-[a-z0-9.-]+)"  # catalog names: rtx4080s-32g, h200-141g
     names = set(re.findall(rf"--(?:hardware|what-if) {gpu}", README))
@@ -59,7 +60,7 @@ def test_the_import_example_reads_traces_the_clone_ships(tmp_path: Path) -> None
     assert folder.is_relative_to(REPO) and folder.is_dir(), source
     done = subprocess.run(
         [sys.executable, "-m", "autotune", "workload", "import", str(folder), str(tmp_path / out)],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True, text=True, timeout=scaled_timeout_s(60),
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     plan = load_plan(tmp_path / out)

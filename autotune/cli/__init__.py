@@ -1,6 +1,7 @@
 """The `autotune` command line: thin typer apps that call one function per command.
 
-Each sub-module owns one group of commands; this module only assembles them.
+Each sub-module owns one group of commands; this module only assembles them, and
+``_lazy.py`` imports a command's module when that command runs.
 """
 
 from __future__ import annotations
@@ -10,10 +11,10 @@ from typing import Annotated
 import typer
 
 from autotune import __version__
-from autotune.cli import record, replay, results, run, sim, trial, worker, workload
-from autotune.engines.sim import SIM_ENGINE_VERSION
+from autotune.cli._lazy import LazyCommands
 
 app = typer.Typer(
+    cls=LazyCommands,  # each command's module is imported when it runs
     name="autotune",
     help="Find the fastest vLLM launch configuration for your GPU and your traffic.",
     no_args_is_help=True,
@@ -23,6 +24,8 @@ app = typer.Typer(
 
 def _print_version(asked: bool) -> None:
     if asked:
+        from autotune.engines.sim import SIM_ENGINE_VERSION  # the simulator: --version only
+
         print(f"autotune {__version__} (simulator: {SIM_ENGINE_VERSION})")
         raise typer.Exit()
 
@@ -40,16 +43,6 @@ def _root(
     ] = False,
 ) -> None:
     """Find the fastest vLLM launch configuration for your GPU and your traffic."""
-
-
-run.register(app)  # run, show, studies
-trial.register(app)  # try
-results.register(app)  # export, compare, report, explain
-replay.register(app)  # replay
-record.register(app)  # record
-worker.register(app)  # worker
-app.add_typer(sim.app, name="sim")
-app.add_typer(workload.app, name="workload")
 
 
 def main() -> None:

@@ -17,7 +17,6 @@ from rich.markup import escape
 from autotune.errors import AutotuneError, InputError, StorageError
 from autotune.redaction import redact
 from autotune.replay.load import LoadSpec
-from autotune.study.storage import storage_url_of
 
 LOAD_DEFAULTS = LoadSpec()  # the load options of run, try and replay default to LoadSpec's
 MAX_GAP_DEFAULT = f"{LOAD_DEFAULTS.max_gap_s:g}s"
@@ -28,6 +27,8 @@ R = TypeVar("R")
 
 def _storage_url(text: str) -> str:
     """``--storage``'s value as a URL (a plain path is a SQLite file); bad input is one line."""
+    from autotune.study.storage import storage_url_of  # the study: Optuna, pandas, SQLAlchemy
+
     try:
         return storage_url_of(text)
     except StorageError as exc:

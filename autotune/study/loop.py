@@ -128,7 +128,7 @@ def _optimize(
     timeout_s: float | None = None,
 ) -> None:
     """``study.optimize`` with the budget's gate before each trial (the last callback); a
-    storage that failed while a trial was recorded is raised once the loop has stopped."""
+    storage that failed during a trial ends it with ``StorageStopped``."""
     try:
         if budget.next_slot():
             study.optimize(
@@ -140,8 +140,6 @@ def _optimize(
             )
     finally:
         budget.release()
-    if runner.storage_failure is not None:
-        raise runner.storage_failure
 
 
 def _observer_callbacks(observer: StudyObserver | None) -> list[Callable[..., None]]:

@@ -10,7 +10,7 @@ import socket
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import optuna
 from optuna.artifacts import FileSystemArtifactStore, upload_artifact
@@ -24,7 +24,7 @@ from autotune.replay.stats import records_frame
 from autotune.study.between_trials import BetweenTrials
 from autotune.study.budget import TrialBudget
 from autotune.study.spec import StudyObserver, StudySpec, prunes, slug
-from autotune.study.storage import STORAGE_FAILURES, is_storage_failure
+from autotune.study.storage import STORAGE_FAILURES, StorageStopped, is_storage_failure
 from autotune.trial.objective import Goal, Score, request_slo, score
 from autotune.trial.pruning import PruneJudge
 from autotune.trial.record import TrialRecord
@@ -58,8 +58,6 @@ class TrialRunner:
         self.between_trials = BetweenTrials()
         if budget is not None:  # an interrupt held while it waits for other workers
             budget.interrupted = self.between_trials.raise_pending
-        # Set when the storage failed while a trial was recorded; the loop raises it.
-        self.storage_failure: BaseException | None = None
         tuner.rebuild(study, lambda params: config_key(self._config(params)))
 
     def _baseline_seen(self) -> bool:
@@ -93,9 +91,14 @@ class TrialRunner:
                 return self._repeat(trial, twin)
             result = self._run(trial, params, config, prunable=not is_baseline)
         except Exception as exc:
+            if is_storage_failure(exc):  # the claim, a pruning report: the storage is full
+                self._storage_failed(trial, exc)
             # Our own failure, not the server's: FAIL with the reason; samplers forget it.
             error = f"{type(exc).__name__}: {exc}"[:2000]
-            TrialRecord(outcome=Outcome.OWN_ERROR, error=error).write(trial)
+            try:
+                TrialRecord(outcome=Outcome.OWN_ERROR, error=error).write(trial)
+            except STORAGE_FAILURES as storing:
+                self._storage_failed(trial, storing)
             raise
         except KeyboardInterrupt:
             TrialRecord(outcome=Outcome.INTERRUPTED).write(trial)
@@ -127,18 +130,28 @@ class TrialRunner:
 
     def _recording_failed(self, trial: optuna.Trial, exc: Exception) -> None:
         """The trial ran, but storing what it measured failed: its outcome says why (not
-        the ``ok`` already written), as far as the storage still takes a short write. A
-        storage that stopped taking writes also stops the study (the loop raises it)."""
-        storage_failed = is_storage_failure(exc)
-        outcome = Outcome.STORAGE_ERROR if storage_failed else Outcome.OWN_ERROR
-        if storage_failed:  # short: the fuller the disk, the fewer bytes still fit
-            error = f"storing the trial failed: {root_cause_text(exc)}"
-            self.storage_failure = exc
-            self.study.stop()
-        else:
-            error = f"{type(exc).__name__}: {exc}"[:2000]
+        the ``ok`` already written)."""
+        if is_storage_failure(exc):
+            self._storage_failed(trial, exc)
+        error = f"{type(exc).__name__}: {exc}"[:2000]
+        try:
+            TrialRecord(outcome=Outcome.OWN_ERROR, error=error).write(trial)
+        except STORAGE_FAILURES as storing:
+            self._storage_failed(trial, storing)
+
+    def _storage_failed(self, trial: optuna.Trial, exc: BaseException) -> NoReturn:
+        """The storage stopped taking writes during the trial: store the trial as the
+        storage failure it was (FAIL, outcome storage-error) as far as the storage still
+        takes a short write, show its end, and stop the study (``StorageStopped``)."""
+        error = f"storing the trial failed: {root_cause_text(exc)}"  # short: fewer bytes fit
         with contextlib.suppress(*STORAGE_FAILURES):
-            TrialRecord(outcome=outcome, error=error).write(trial)
+            TrialRecord(outcome=Outcome.STORAGE_ERROR, error=error).write(trial)
+        with contextlib.suppress(*STORAGE_FAILURES):
+            self.study.tell(trial, state=TrialState.FAIL)
+        if self.observer is not None:
+            ended = self.study.get_trials(deepcopy=False)[trial.number]
+            self.observer.on_trial_end(ended, Outcome.STORAGE_ERROR.value, self.study)
+        raise StorageStopped(exc) from exc
 
     def _repeat(self, trial: optuna.Trial, twin: Any) -> float | list[float]:
         """No launch: this effective config was measured in trial ``twin.first_trial``."""

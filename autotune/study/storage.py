@@ -29,6 +29,32 @@ STORAGE_FAILURES: tuple[type[BaseException], ...] = (
 _DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
 
 
+class StorageStopped(BaseException):
+    """The storage stopped taking writes during a trial (``storage_failure`` says how).
+
+    A BaseException, as KeyboardInterrupt is, so that Optuna's trial loop lets it through
+    without telling the trial's end to a storage that cannot take it (its tell fails,
+    then asserts "Should not reach"); the study loop turns it into one line.
+    """
+
+    def __init__(self, storage_failure: BaseException) -> None:
+        super().__init__(str(storage_failure))
+        self.storage_failure = storage_failure
+
+
+class StudyStorage(optuna.storages.RDBStorage):
+    """Optuna's RDB storage whose heartbeat outlives a storage that stops taking writes.
+
+    Optuna records heartbeats from a thread of its own, where a full disk is a traceback
+    per interval. Here a heartbeat that fails is let go: the trial's own next write
+    fails too, and that one ends the study with one line (``StorageStopped``).
+    """
+
+    def record_heartbeat(self, trial_id: int) -> None:
+        with contextlib.suppress(*STORAGE_FAILURES):
+            super().record_heartbeat(trial_id)
+
+
 def storage_url_of(text: str) -> str:
     """The URL a ``--storage`` value names: a database URL as it is, a plain path (no
     ``scheme://``) as a SQLite file; StorageError for a scheme SQLAlchemy has no dialect
@@ -66,7 +92,7 @@ def open_storage(
     *,
     heartbeat_interval_s: int | None = None,
     on_stale_trial: Callable[[optuna.Study, FrozenTrial], None] | None = None,
-) -> optuna.storages.RDBStorage:
+) -> StudyStorage:
     """An RDBStorage for ``url``, with a heartbeat when ``heartbeat_interval_s`` is given:
     a trial silent for ``GRACE_HEARTBEATS`` intervals is failed, then handed to
     ``on_stale_trial`` (the budget's retry). Errors name the URL in one line."""
@@ -85,7 +111,7 @@ def open_storage(
                     "grace_period": GRACE_HEARTBEATS * heartbeat_interval_s,
                     "heartbeat_stale_trial_callback": on_stale_trial,
                 }
-            return optuna.storages.RDBStorage(
+            return StudyStorage(
                 url, engine_kwargs={"connect_args": _connect_args(url)}, **heartbeat
             )
     except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError, OSError) as exc:
@@ -107,19 +133,26 @@ def _connect_args(url: str) -> dict[str, Any]:
 def storage_write_errors(url: str) -> Iterator[None]:
     """A storage that stops taking writes (disk full, read-only, locked) mid-study: one line.
 
-    Each trial is its own transaction, so what was stored before stays whole; the
-    trial that was running is recovered as stale on the next run.
+    Each trial is its own transaction, so what was stored before stays whole; a trial
+    the storage could not even mark failed is recovered as stale on the next run.
     """
     try:
         yield
+    except StorageStopped as stopped:  # during a trial: the runner recorded what it could
+        exc = stopped.storage_failure
+        raise StorageError(_write_failed(url, exc)) from exc
     except (*STORAGE_FAILURES, OSError) as exc:
         if not is_storage_failure(exc):
             raise
-        raise StorageError(
-            f"--storage {url}: writing the study failed: {root_cause_text(exc)}. The trials "
-            "stored before are intact; make room (or fix permissions, or stop the other "
-            "writer) and rerun the same command to resume"
-        ) from exc
+        raise StorageError(_write_failed(url, exc)) from exc
+
+
+def _write_failed(url: str, exc: BaseException) -> str:
+    return (
+        f"--storage {url}: writing the study failed: {root_cause_text(exc)}. The trials "
+        "stored before are intact; make room (or fix permissions, or stop the other "
+        "writer) and rerun the same command to resume"
+    )
 
 
 def completed_count(study: optuna.Study) -> int:

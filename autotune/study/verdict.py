@@ -25,7 +25,7 @@ from optuna.trial import FrozenTrial
 from pydantic import BaseModel, ConfigDict
 
 from autotune.trial.record import TrialRecord
-from autotune.vocabulary import FailureClass
+from autotune.vocabulary import FailureClass, Outcome
 
 SAME_FAILURE_TRIALS = 3
 VERDICT_ATTR = "verdict"
@@ -70,8 +70,8 @@ class SameFailureWatch:
             self.armed = False
             return
         failure = record.failure
-        if failure is None:  # not launched (predicted OOM, duplicate, a rule) or our own error
-            return
+        if failure is None or record.outcome == Outcome.TRIAL_TIMEOUT:
+            return  # not launched (predicted OOM, duplicate, a rule), our own error, too slow
         if failure.failure_class.is_oom:
             self.armed = False
             return

@@ -23,8 +23,11 @@ from autotune.replay.load import LoadSpec, ReplayObserver, RequestSlo
 from autotune.replay.load_policy import Progress
 from autotune.replay.records import ReplayStats, RequestRecord
 from autotune.replay.runner import replay
-from autotune.vocabulary import Failure, Outcome, ServerStats, StartupReport
+from autotune.vocabulary import Failure, FailureClass, Outcome, ServerStats, StartupReport
 from autotune.workload.plan import WorkloadPlan
+
+TIMEOUT_LOG_TAIL_LINES = 20  # of the server's log, kept with a timed-out trial
+TIMEOUT_LOG_TAIL_BYTES = 16_384  # read from the log's end: a long log costs nothing more
 
 
 @dataclass(frozen=True)
@@ -129,9 +132,15 @@ async def run_trial(
         return result
 
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    phase = observer.on_phase if observer is not None else None
+    phases = ["launching"]  # what the server was doing, for a timeout's failure
+
+    def phase(text: str) -> None:
+        phases.append(text)
+        if observer is not None:
+            observer.on_phase(text)
+
     try:
-        async with asyncio.timeout(trial_timeout_s):
+        async with asyncio.timeout(trial_timeout_s) as whole_trial:
             await _launch_and_replay(
                 result,
                 engine=engine,
@@ -146,8 +155,33 @@ async def run_trial(
             )
     except TimeoutError:
         result.outcome_override = Outcome.TRIAL_TIMEOUT.value
+        if whole_trial.expired():
+            limit = f"the trial time limit of {trial_timeout_s:g} s (--trial-timeout)"
+        elif replay_timeout_s is not None:
+            limit = f"the replay time limit of {replay_timeout_s:g} s, counted from ready"
+        else:
+            limit = "a time limit"
+        result.failure = timeout_failure(
+            limit, phases[-1], log_path, seconds=time.monotonic() - started
+        )
     result.wall_s = time.monotonic() - started
     return result
+
+
+def timeout_failure(limit: str, phase: str, log_path: Path, *, seconds: float) -> Failure:
+    """Why a trial was stopped at its time limit: the limit, the server's last phase and
+    its log's tail (the server's process group was killed)."""
+    tail = ""
+    if log_path.exists():
+        with log_path.open("rb") as log:
+            log.seek(max(log.seek(0, 2) - TIMEOUT_LOG_TAIL_BYTES, 0))
+            tail = log.read().decode(errors="replace")
+    return Failure(
+        failure_class=FailureClass.UNKNOWN,
+        message=f"stopped at {limit}, while {phase}; its process group was killed",
+        log_excerpt="\n".join(tail.splitlines()[-TIMEOUT_LOG_TAIL_LINES:]),
+        seconds=round(seconds, 3),
+    )
 
 
 async def _launch_and_replay(

@@ -22,6 +22,7 @@ from autotune.cli._run_output import summary_lines
 from autotune.engines.sim import SIM_ENGINE_VERSION
 from autotune.results.explain import pareto_sentences
 from autotune.results.reader import load_study
+from tests.conftest import scaled_timeout_s
 from tests.results.conftest import POINTS, Point, build_study
 
 REPO = Path(__file__).resolve().parents[2]
@@ -52,7 +53,8 @@ def test_run_help_lists_about_twenty_options_each_with_a_help_line() -> None:
     """Before: 50 options, 17 of them the tuner's switches; --seed and --max-requests bare."""
     done = subprocess.run(
         [sys.executable, "-m", "autotune", "run", "--help"],
-        capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "240"},
+        capture_output=True, text=True, timeout=scaled_timeout_s(60),
+        env={**os.environ, "COLUMNS": "240"},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     rows = [OPTION_ROW.match(line) for line in done.stdout.splitlines()]
@@ -66,7 +68,10 @@ def test_run_help_lists_about_twenty_options_each_with_a_help_line() -> None:
 
 def test_version_names_the_package_and_the_simulator() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "autotune", "--version"], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "autotune", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=scaled_timeout_s(60),
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"autotune {__version__} (simulator: {SIM_ENGINE_VERSION})"

@@ -27,6 +27,7 @@ from autotune.sim.model.prompt import render_prompt_token_ids
 from autotune.vocabulary import FailureClass
 from autotune.workload.plan import Message
 from autotune.workload.synth import word_vocabulary
+from tests.conftest import scaled_timeout_s
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -318,7 +319,7 @@ def test_startup_log_parses_and_sigterm_exits_0(launch) -> None:
 
 def test_kv_that_does_not_fit_fails_like_vllm(launch) -> None:
     sim = launch("--kv-cache-memory-bytes", "1M", "--time-scale", "50", wait=False)
-    assert sim.process.wait(timeout=30) == 1
+    assert sim.process.wait(timeout=scaled_timeout_s(30)) == 1
     log = sim.log()
     assert "EngineCore failed to start." in log
     assert "RuntimeError: Engine core initialization failed." in log
@@ -328,7 +329,7 @@ def test_kv_that_does_not_fit_fails_like_vllm(launch) -> None:
 
 def test_bad_flag_exits_2_with_usage(launch) -> None:
     sim = launch("--kv-cache-dtype", "bogus", wait=False)
-    assert sim.process.wait(timeout=30) == 2
+    assert sim.process.wait(timeout=scaled_timeout_s(30)) == 2
     assert "vllm serve: error: argument --kv-cache-dtype: invalid choice: 'bogus'" in sim.log()
 
 
@@ -338,7 +339,7 @@ def test_busy_port_fails_at_once(launch) -> None:
         sock.listen()
         port = sock.getsockname()[1]
         sim = launch("--port", str(port), wait=False)
-        assert sim.process.wait(timeout=30) == 1
+        assert sim.process.wait(timeout=scaled_timeout_s(30)) == 1
     assert "Address already in use" in sim.log()
 
 
@@ -362,7 +363,8 @@ def test_engine_crash_fault_kills_the_engine_like_vllm(launch) -> None:
         )
     late = httpx.post(f"{sim.url}/v1/chat/completions", json=body, timeout=30)
     assert late.status_code == 500
-    assert sim.process.wait(timeout=30) == 0  # vLLM's watchdog exits after engine death
+    # vLLM's watchdog exits after engine death
+    assert sim.process.wait(timeout=scaled_timeout_s(30)) == 0
     log = sim.log()
     assert "EngineCore encountered a fatal error." in log
     assert "EngineDeadError" in log
@@ -381,7 +383,7 @@ def test_runtime_oom_kills_the_engine_like_vllm(launch) -> None:
     events = _sse_data(response.text)
     assert "EngineCore encountered an issue" in events[-1]["error"]["message"]
     assert httpx.get(f"{sim.url}/health").status_code == 503
-    assert sim.process.wait(timeout=30) == 0
+    assert sim.process.wait(timeout=scaled_timeout_s(30)) == 0
     log = sim.log()
     assert "torch.OutOfMemoryError: CUDA out of memory." in log
     assert "AsyncLLM output_handler failed." in log

@@ -24,7 +24,7 @@ from tests.e2e.conftest import REPO, SAMPLE_WORKLOAD, autotune_argv, processes_i
 FITS_SPACE = REPO / "tests" / "e2e" / "data" / "fits.yaml"
 
 
-def run(db: Path, trials: int, cwd: Path) -> subprocess.CompletedProcess[str]:
+def run_argv(db: Path, trials: int, cwd: Path, *, time_scale: float = 50) -> list[str]:
     args = [
         "run", "--workload", str(SAMPLE_WORKLOAD), "--engine", "sim",
         "--hardware", "rtx4080s-32g", "--model", "qwen3.6-27b-awq", "--space", str(FITS_SPACE),
@@ -32,11 +32,15 @@ def run(db: Path, trials: int, cwd: Path) -> subprocess.CompletedProcess[str]:
         "--sampler", "random", "--trials", str(trials),
         *tuner_args(cwd / "settings", {
             "dedup": False, "warm_start": 0, "confirm": 0,
-            "simulator": {"time_scale": 50}, "load": {"max_requests": 8},
+            "simulator": {"time_scale": time_scale}, "load": {"max_requests": 8},
         }),
     ]  # fmt: skip
+    return autotune_argv(*args)
+
+
+def run(db: Path, trials: int, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        autotune_argv(*args),
+        run_argv(db, trials, cwd),
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -151,3 +155,56 @@ def test_a_full_disk_mid_study_is_one_line_and_the_stored_trials_survive(tmp_pat
         assert run(db, len(stored) + 1, tmp_path).returncode == 0  # room again: it resumes
         loaded = load_study(f"sqlite:///{db}", "s")
         assert sum(row.state == "COMPLETE" for row in loaded.trials) == len(stored) + 1
+
+
+def fill(directory: Path) -> None:
+    """Write a file into ``directory`` until its filesystem has no byte left."""
+    with (directory / "filler").open("wb", buffering=0) as out, contextlib.suppress(OSError):
+        while True:  # until ENOSPC
+            out.write(b"\0" * 65536)
+
+
+@pytest.mark.faults
+@pytest.mark.timeout(400)
+def test_a_disk_that_fills_during_a_replay_is_one_line_and_the_rerun_resumes(
+    tmp_path: Path,
+) -> None:
+    """The disk fills while trial 1 replays: its heartbeats (every second) and its record
+    can no longer be written. One line and exit 2, not a traceback per heartbeat and
+    Optuna's "Should not reach"; the trial shows as the storage failure it was, and a
+    rerun with room again recovers it and finishes the budget."""
+    disk = tmp_path / "disk"
+    db = disk / "a.db"
+    with small_filesystem(disk, "4m"):
+        argv = [*run_argv(db, 3, tmp_path, time_scale=5), "--heartbeat-interval", "1"]
+        stderr = tmp_path / "stderr.txt"
+        with stderr.open("w") as err:
+            process = subprocess.Popen(
+                argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=err, text=True
+            )
+            assert process.stdout is not None
+            out = []
+            for text in process.stdout:
+                out.append(text)
+                if "trial 1: replaying" in text:
+                    fill(disk)
+                    break
+            out.extend(process.stdout)
+            process.wait(timeout=240)
+        done = subprocess.CompletedProcess(
+            argv, process.returncode, "".join(out), stderr.read_text()
+        )
+        line = one_error_line(done)
+        assert f"--storage sqlite:///{db}" in line and "disk is full" in line, line
+        assert "rerun" in line, line
+        ended = [text for text in out if "trial 1 [" in text]
+        assert ended and "storage-error" in ended[-1], out
+        assert processes_in(tmp_path) == []
+        study = optuna.load_study(study_name="s", storage=f"sqlite:///{db}")
+        assert [t.state for t in study.trials][:1] == [TrialState.COMPLETE]
+        assert study.trials[1].state != TrialState.COMPLETE
+        (disk / "filler").unlink()
+        assert run(db, 3, tmp_path).returncode == 0  # room again: it resumes
+        study = optuna.load_study(study_name="s", storage=f"sqlite:///{db}")
+        assert study.trials[1].state == TrialState.FAIL
+        assert sum(t.state == TrialState.COMPLETE for t in study.trials) == 3

@@ -12,6 +12,7 @@ import pytest
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.trial.record import TrialRecord
+from tests.conftest import scaled_timeout_s
 from tests.e2e.conftest import (
     REPO,
     SAMPLE_WORKLOAD,
@@ -194,7 +195,7 @@ def test_ctrl_c_records_the_trial_as_interrupted_and_stops_its_server(
     ), output(tmp_path)
     servers = sim_server_pids(process.pid)
     os.kill(process.pid, signal.SIGINT)
-    process.wait(timeout=60)
+    process.wait(timeout=scaled_timeout_s(60))
     assert process.returncode == 130, output(tmp_path)
     assert "Interrupted" in output(tmp_path)
     assert not any(alive(pid) for pid in servers)

@@ -12,6 +12,7 @@ import optuna
 import pytest
 
 from autotune.trial.record import TrialRecord
+from tests.conftest import scaled_timeout_s
 from tests.e2e.conftest import REPO, SAMPLE_WORKLOAD, autotune_argv, autotune_in_process
 
 SMALL = REPO / "tests" / "e2e" / "data" / "tuner-small.yaml"
@@ -78,7 +79,11 @@ def test_a_space_s_tuner_section_steers_the_study_and_a_resume_keeps_it(tmp_path
     argv = shlex.split(hint.split("export it: ", 1)[1])
     assert argv[:5] == ["autotune", "export", "--storage", "sqlite:///night.db", "--study"]
     copied = subprocess.run(
-        autotune_argv(*argv[1:]), cwd=tmp_path, capture_output=True, text=True, timeout=60
+        autotune_argv(*argv[1:]),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=scaled_timeout_s(60),
     )
     assert copied.returncode == 0, copied.stderr
     assert copied.stdout.startswith("# autotune export: study 't'"), copied.stdout

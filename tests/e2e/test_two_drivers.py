@@ -2,10 +2,11 @@
 the simulator process and predicted in virtual time in-process, for each load mode.
 
 Same requests sent, in the same order (per session in sessions mode: concurrent
-sessions interleave as the wall clock falls), the same counts and token counts,
-and throughput and latency within TOLERANCE. The HTTP run is at TIME_SCALE, so
-a wall-clock hiccup of d seconds costs d x TIME_SCALE modelled seconds: that,
-not the policy, is what the tolerance is for (docs/replay.md).
+sessions interleave as the wall clock falls), the same counts, token counts and
+progress steps. Throughput and latency are compared in lockstep (docs/replay.md),
+where they are equal: over the wall clock at TIME_SCALE, a hiccup of d seconds
+costs d x TIME_SCALE modelled seconds, and a loaded host moves the figures as far
+as it likes (32.0 against 50.7 output tok/s on 2 cores at load 10).
 """
 
 from __future__ import annotations
@@ -30,10 +31,6 @@ from tests.e2e.conftest import SIM_ARGS, SimFactory, start_sims
 pytestmark = [pytest.mark.timeout(120)]
 
 TIME_SCALE = 5.0
-# Relative tolerances. Over HTTP a request reaches the scheduler a few wall milliseconds
-# after it is sent (x TIME_SCALE modelled), so prefills the virtual replay batches together
-# land in successive steps: TTFT and TPOT move most, throughput and end-to-end least.
-TOLERANCE = {"output tok/s": 0.10, "e2e": 0.10, "TTFT": 0.25, "TPOT": 0.25}
 
 
 @pytest.fixture(scope="module")
@@ -132,16 +129,8 @@ def test_http_and_virtual_drivers_agree(sim_url: str, mode: str) -> None:
             twin.prompt_tokens, twin.output_tokens, twin.in_window
         )  # fmt: skip
 
-    # The same progress steps; the last one's throughput so far agrees as the final does.
+    # The same progress steps (their figures: the lockstep test below).
     assert [p.step for p in seen] == [p.step for p in virtual.progress] != []
-    assert seen[-1].output_tok_s == pytest.approx(
-        virtual.progress[-1].output_tok_s, rel=2 * TOLERANCE["output tok/s"]
-    )
-
-    measured, predicted = _figures(http_stats), _figures(virtual_stats)
-    for name, value in predicted.items():
-        assert value is not None and measured[name] is not None, name
-        assert measured[name] == pytest.approx(value, rel=TOLERANCE[name]), (measured, predicted)
 
 
 @pytest.mark.parametrize("mode", list(CASES))

@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from autotune.engines.process import ServerProcess, free_port, kill_all_servers
+from tests.conftest import scaled_timeout_s
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -181,7 +182,7 @@ def test_ctrl_c_or_sigterm_while_a_server_forks_interrupts_and_the_server_is_sto
     whose parent-death SIGTERM was swallowed went on tuning, its servers with it."""
     script = INTERRUPTED_AT_FORK.format(log=str(tmp_path / "server.log"), sig=int(sig))
     done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=30
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=scaled_timeout_s(30)
     )
     assert done.returncode == 130, done.stdout + done.stderr
     pids = [int(pid) for pid in done.stdout.split()]
@@ -228,7 +229,9 @@ def _processes_naming(marker: str) -> list[int]:
 def test_a_server_whose_parent_dies_just_before_its_exec_dies_too(tmp_path) -> None:
     marker = str(tmp_path / "orphan-marker")
     parent = subprocess.run(
-        [sys.executable, "-c", PARENT_DIES_BEFORE_EXEC, marker], capture_output=True, timeout=30
+        [sys.executable, "-c", PARENT_DIES_BEFORE_EXEC, marker],
+        capture_output=True,
+        timeout=scaled_timeout_s(30),
     )
     assert parent.returncode == -signal.SIGKILL, parent.stderr
     try:

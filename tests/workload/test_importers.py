@@ -20,6 +20,7 @@ from autotune.workload.importers import (
 from autotune.workload.importers.weka import trace_files
 from autotune.workload.slice import slice_workload
 from autotune.workload.stats import workload_stats
+from tests.conftest import scaled_timeout_s
 from tests.workload.conftest import require_data
 
 
@@ -90,9 +91,9 @@ def test_weka_import_cli_ideal_hit_equals_the_raw_ids(tmp_path: Path) -> None:
     out = tmp_path / "t.jsonl"
     autotune = [sys.executable, "-m", "autotune", "workload"]
     run = [*autotune, "import", "--from", "weka", str(source), str(out)]
-    assert subprocess.run(run, capture_output=True, timeout=60).returncode == 0
+    assert subprocess.run(run, capture_output=True, timeout=scaled_timeout_s(60)).returncode == 0
     stats = [*autotune, "stats", "--json", "--block-size", "64", str(out)]
-    result = subprocess.run(stats, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(stats, capture_output=True, text=True, timeout=scaled_timeout_s(60))
     hit = json.loads(result.stdout)["prefix_hit_ratio"]
     assert hit == pytest.approx(_raw_ideal_hit(json.loads(source.read_text())), abs=1e-9)
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from autotune.workload import expand, load_plan, read_workload
 from autotune.workload.slice import measure, slice_workload
 from autotune.workload.tokenizer import WordTokenizer
+from tests.conftest import scaled_timeout_s
 from tests.workload.conftest import HEADER
 
 
@@ -88,7 +89,7 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled_timeout_s(60),
         preexec_fn=lambda: os.umask(0o022),
     )
 
