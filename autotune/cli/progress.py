@@ -28,6 +28,8 @@ from autotune.replay.records import RequestRecord
 from autotune.trial.record import TrialRecord
 from autotune.tuner.record import TunerStudyRecord
 
+REPLAY_PHASE = "replaying"  # the phase a trial's replay starts with (trial/run.py)
+
 
 def _clock(seconds: float) -> str:
     seconds = int(max(seconds, 0))
@@ -60,8 +62,13 @@ class Tally:
         already_done: int,
         maximize: bool,
         best: Best | None = None,
+        replay_wall_s: float | None = None,
     ) -> None:
         self.n_trials = n_trials
+        self.replay_wall_s = replay_wall_s  # one trial's predicted replay (None: unknown)
+        self.trial_at: float | None = None  # the running trial's start
+        self.replay_at: float | None = None  # ... and its replay's start
+        self.startups_s: list[float] = []  # each launch's start-up, this run
         self.done_before = already_done
         self.done_now = 0
         self.maximize = maximize
@@ -71,9 +78,17 @@ class Tally:
         self._counted: set[int] = set()
 
     def trial_started(self) -> None:
-        """A trial starts: the first one starts the clock the ETA reads."""
+        """A trial starts: the first one starts the clock the pace ETA reads."""
+        now = time.monotonic()
         if self.trials_started is None:
-            self.trials_started = time.monotonic()
+            self.trials_started = now
+        self.trial_at, self.replay_at = now, None
+
+    def phase(self, phase: str) -> None:
+        """The running trial's server is up and its replay begins: a start-up measured."""
+        if phase == REPLAY_PHASE and self.trial_at is not None and self.replay_at is None:
+            self.replay_at = time.monotonic()
+            self.startups_s.append(self.replay_at - self.trial_at)
 
     def record(self, trial: FrozenTrial, study: optuna.Study) -> TrialRecord:
         """Count a finished trial once, however many displays report it; returns its record."""
@@ -81,6 +96,7 @@ class Tally:
         if trial.number in self._counted:
             return record
         self._counted.add(trial.number)
+        self.trial_at = self.replay_at = None
         if trial.state in (TrialState.COMPLETE, TrialState.PRUNED):  # not FAIL (our own error)
             self.done_now += 1
         winner = TunerStudyRecord.read(study.user_attrs).winner
@@ -102,12 +118,30 @@ class Tally:
         return time.monotonic() - self.started
 
     def eta_s(self) -> float | None:
-        """Time left at the pace of this run's trials so far: the warm start before the
-        first trial is not a trial's time, and does not come again."""
-        if not self.n_trials or not self.done_now or self.trials_started is None:
+        """Time left: the running trial's predicted rest plus a predicted trial (start-up
+        as measured in this run, then the predicted replay) for each trial not started.
+        It only falls while a trial runs. Without a predicted replay: the pace of this
+        run's trials so far (the warm start is not a trial's time)."""
+        if not self.n_trials:
             return None
         left = max(self.n_trials - self.done_before - self.done_now, 0)
+        if self.replay_wall_s is not None:
+            return self._predicted_eta_s(left)
+        if not self.done_now or self.trials_started is None:
+            return None
         return (time.monotonic() - self.trials_started) / self.done_now * left
+
+    def _predicted_eta_s(self, left: int) -> float:
+        assert self.replay_wall_s is not None
+        startup_s = sum(self.startups_s) / len(self.startups_s) if self.startups_s else 0.0
+        now = time.monotonic()
+        if self.trial_at is None:  # between trials
+            return left * (startup_s + self.replay_wall_s)
+        if self.replay_at is None:  # the running trial is starting its server
+            rest_s = max(startup_s - (now - self.trial_at), 0.0) + self.replay_wall_s
+        else:
+            rest_s = max(self.replay_wall_s - (now - self.replay_at), 0.0)
+        return rest_s + max(left - 1, 0) * (startup_s + self.replay_wall_s)
 
     def position(self, running: bool) -> str:
         position = self.done_before + self.done_now + (1 if running else 0)
@@ -196,6 +230,7 @@ class PlainProgress:
         self._line(f"trial {number}{baseline} [{position}] starts: {params_text(params, flags)}")
 
     def on_phase(self, phase: str) -> None:
+        self.tally.phase(phase)
         if phase != self.phase:  # the launcher and the engine may both announce one
             self.phase = phase
             self._line(phase if self.number is None else f"trial {self.number}: {phase}")
@@ -274,6 +309,7 @@ class RichProgress:
         self.live.refresh()
 
     def on_phase(self, phase: str) -> None:
+        self.tally.phase(phase)
         if self.number is None:  # the study's own phases (warm start) stay on the screen
             self.live.console.print(phase, highlight=False, markup=False)
         self.phase = phase

@@ -154,7 +154,7 @@ def _parse_line(raw: str, where: str) -> Header | PrefixRecord | RequestRecord:
     try:
         obj = json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise WorkloadError(f"{where}: (line): invalid JSON: {exc.msg}") from exc
+        raise WorkloadError(f"{where}: invalid JSON at column {exc.colno}: {exc.msg}") from exc
     if isinstance(obj, dict) and obj.get("type") == "header" and "version" in obj:
         version = obj["version"]
         if isinstance(version, int) and version != FORMAT_VERSION:
