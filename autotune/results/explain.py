@@ -319,7 +319,7 @@ def _percent(value: float | None) -> str:
 
 def importance_sentences(loaded: LoadedStudy, tie: Tie | None = None) -> list[str]:
     measured = len(loaded.feasible_measured())
-    if tie is not None:  # importances over a constant rank noise
+    if tie is not None and tie.measured in (0, tie.configs):  # importances over a constant
         return [
             f"None measurably: over {measured} measured trials every config served within "
             f"{tie.spread:.1%} of the best, so ranking the flags by importance would rank noise."
