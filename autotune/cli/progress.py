@@ -31,6 +31,10 @@ from autotune.tuner.record import TunerStudyRecord
 REPLAY_PHASE = "replaying"  # the phase a trial's replay starts with (trial/run.py)
 
 
+def _mean(values: list[float], default: float) -> float:
+    return sum(values) / len(values) if values else default
+
+
 def _clock(seconds: float) -> str:
     seconds = int(max(seconds, 0))
     hours, rest = divmod(seconds, 3600)
@@ -69,6 +73,7 @@ class Tally:
         self.trial_at: float | None = None  # the running trial's start
         self.replay_at: float | None = None  # ... and its replay's start
         self.startups_s: list[float] = []  # each launch's start-up, this run
+        self.replays_s: list[float] = []  # each whole replay (a trial COMPLETE), this run
         self.done_before = already_done
         self.done_now = 0
         self.maximize = maximize
@@ -96,6 +101,8 @@ class Tally:
         if trial.number in self._counted:
             return record
         self._counted.add(trial.number)
+        if trial.state == TrialState.COMPLETE and record.measured and self.replay_at is not None:
+            self.replays_s.append(time.monotonic() - self.replay_at)
         self.trial_at = self.replay_at = None
         if trial.state in (TrialState.COMPLETE, TrialState.PRUNED):  # not FAIL (our own error)
             self.done_now += 1
@@ -118,10 +125,12 @@ class Tally:
         return time.monotonic() - self.started
 
     def eta_s(self) -> float | None:
-        """Time left: the running trial's predicted rest plus a predicted trial (start-up
-        as measured in this run, then the predicted replay) for each trial not started.
-        It only falls while a trial runs. Without a predicted replay: the pace of this
-        run's trials so far (the warm start is not a trial's time)."""
+        """Time left: the running trial's rest plus a whole trial for each not started,
+        a trial being a start-up (as this run's took) and the replay the pre-flight
+        predicted (once a replay ran whole here, as long as this run's took: a simulator
+        on a busy host, or an uncalibrated one, is off). It only falls while a trial runs.
+        Without a predicted replay: the pace of this run's trials so far (the warm start
+        is not a trial's time)."""
         if not self.n_trials:
             return None
         left = max(self.n_trials - self.done_before - self.done_now, 0)
@@ -132,16 +141,17 @@ class Tally:
         return (time.monotonic() - self.trials_started) / self.done_now * left
 
     def _predicted_eta_s(self, left: int) -> float:
+        startup_s = _mean(self.startups_s, 0.0)
         assert self.replay_wall_s is not None
-        startup_s = sum(self.startups_s) / len(self.startups_s) if self.startups_s else 0.0
+        replay_s = _mean(self.replays_s, self.replay_wall_s)  # the prediction until measured
         now = time.monotonic()
         if self.trial_at is None:  # between trials
-            return left * (startup_s + self.replay_wall_s)
+            return left * (startup_s + replay_s)
         if self.replay_at is None:  # the running trial is starting its server
-            rest_s = max(startup_s - (now - self.trial_at), 0.0) + self.replay_wall_s
+            rest_s = max(startup_s - (now - self.trial_at), 0.0) + replay_s
         else:
-            rest_s = max(self.replay_wall_s - (now - self.replay_at), 0.0)
-        return rest_s + max(left - 1, 0) * (startup_s + self.replay_wall_s)
+            rest_s = max(replay_s - (now - self.replay_at), 0.0)
+        return rest_s + max(left - 1, 0) * (startup_s + replay_s)
 
     def position(self, running: bool) -> str:
         position = self.done_before + self.done_now + (1 if running else 0)
