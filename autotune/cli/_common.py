@@ -71,6 +71,22 @@ def format_validation_error(exc: ValidationError, *, where: str | None = None) -
     return f"{prefix}{path}: {first['msg']}"
 
 
+def option_error(exc: ValidationError) -> InputError:
+    """A command's options model refused a value: one line naming the option as typed
+    (``--trials 0: ...``), not the model's field (``trials``)."""
+    first = exc.errors()[0]
+    names = [str(part) for part in first["loc"] if isinstance(part, str)]
+    if names[:1] == ["load"]:  # --mode, --concurrency, --duration fill the load
+        names = names[1:]
+    if not names:
+        return InputError(format_validation_error(exc))
+    flag = "--" + _OPTION_OF_FIELD.get(names[0], names[0].removesuffix("_s").replace("_", "-"))
+    return InputError(f"{flag} {first.get('input')!r}: {first['msg']}")
+
+
+_OPTION_OF_FIELD = {"slos": "slo"}  # fields not named as their option
+
+
 def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
     """Turn our errors into one red line on stderr and exit code 2.
 

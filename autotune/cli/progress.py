@@ -28,6 +28,12 @@ from autotune.replay.records import RequestRecord
 from autotune.trial.record import TrialRecord
 from autotune.tuner.record import TunerStudyRecord
 
+REPLAY_PHASE = "replaying"  # the phase a trial's replay starts with (trial/run.py)
+
+
+def _mean(values: list[float], default: float) -> float:
+    return sum(values) / len(values) if values else default
+
 
 def _clock(seconds: float) -> str:
     seconds = int(max(seconds, 0))
@@ -60,8 +66,14 @@ class Tally:
         already_done: int,
         maximize: bool,
         best: Best | None = None,
+        replay_wall_s: float | None = None,
     ) -> None:
         self.n_trials = n_trials
+        self.replay_wall_s = replay_wall_s  # one trial's predicted replay (None: unknown)
+        self.trial_at: float | None = None  # the running trial's start
+        self.replay_at: float | None = None  # ... and its replay's start
+        self.startups_s: list[float] = []  # each launch's start-up, this run
+        self.replays_s: list[float] = []  # each whole replay (a trial COMPLETE), this run
         self.done_before = already_done
         self.done_now = 0
         self.maximize = maximize
@@ -71,9 +83,17 @@ class Tally:
         self._counted: set[int] = set()
 
     def trial_started(self) -> None:
-        """A trial starts: the first one starts the clock the ETA reads."""
+        """A trial starts: the first one starts the clock the pace ETA reads."""
+        now = time.monotonic()
         if self.trials_started is None:
-            self.trials_started = time.monotonic()
+            self.trials_started = now
+        self.trial_at, self.replay_at = now, None
+
+    def phase(self, phase: str) -> None:
+        """The running trial's server is up and its replay begins: a start-up measured."""
+        if phase == REPLAY_PHASE and self.trial_at is not None and self.replay_at is None:
+            self.replay_at = time.monotonic()
+            self.startups_s.append(self.replay_at - self.trial_at)
 
     def record(self, trial: FrozenTrial, study: optuna.Study) -> TrialRecord:
         """Count a finished trial once, however many displays report it; returns its record."""
@@ -81,6 +101,9 @@ class Tally:
         if trial.number in self._counted:
             return record
         self._counted.add(trial.number)
+        if trial.state == TrialState.COMPLETE and record.measured and self.replay_at is not None:
+            self.replays_s.append(time.monotonic() - self.replay_at)
+        self.trial_at = self.replay_at = None
         if trial.state in (TrialState.COMPLETE, TrialState.PRUNED):  # not FAIL (our own error)
             self.done_now += 1
         winner = TunerStudyRecord.read(study.user_attrs).winner
@@ -102,12 +125,33 @@ class Tally:
         return time.monotonic() - self.started
 
     def eta_s(self) -> float | None:
-        """Time left at the pace of this run's trials so far: the warm start before the
-        first trial is not a trial's time, and does not come again."""
-        if not self.n_trials or not self.done_now or self.trials_started is None:
+        """Time left: the running trial's rest plus a whole trial for each not started,
+        a trial being a start-up (as this run's took) and the replay the pre-flight
+        predicted (once a replay ran whole here, as long as this run's took: a simulator
+        on a busy host, or an uncalibrated one, is off). It only falls while a trial runs.
+        Without a predicted replay: the pace of this run's trials so far (the warm start
+        is not a trial's time)."""
+        if not self.n_trials:
             return None
         left = max(self.n_trials - self.done_before - self.done_now, 0)
+        if self.replay_wall_s is not None:
+            return self._predicted_eta_s(left)
+        if not self.done_now or self.trials_started is None:
+            return None
         return (time.monotonic() - self.trials_started) / self.done_now * left
+
+    def _predicted_eta_s(self, left: int) -> float:
+        startup_s = _mean(self.startups_s, 0.0)
+        assert self.replay_wall_s is not None
+        replay_s = _mean(self.replays_s, self.replay_wall_s)  # the prediction until measured
+        now = time.monotonic()
+        if self.trial_at is None:  # between trials
+            return left * (startup_s + replay_s)
+        if self.replay_at is None:  # the running trial is starting its server
+            rest_s = max(startup_s - (now - self.trial_at), 0.0) + replay_s
+        else:
+            rest_s = max(replay_s - (now - self.replay_at), 0.0)
+        return rest_s + max(left - 1, 0) * (startup_s + replay_s)
 
     def position(self, running: bool) -> str:
         position = self.done_before + self.done_now + (1 if running else 0)
@@ -196,6 +240,7 @@ class PlainProgress:
         self._line(f"trial {number}{baseline} [{position}] starts: {params_text(params, flags)}")
 
     def on_phase(self, phase: str) -> None:
+        self.tally.phase(phase)
         if phase != self.phase:  # the launcher and the engine may both announce one
             self.phase = phase
             self._line(phase if self.number is None else f"trial {self.number}: {phase}")
@@ -274,6 +319,7 @@ class RichProgress:
         self.live.refresh()
 
     def on_phase(self, phase: str) -> None:
+        self.tally.phase(phase)
         if self.number is None:  # the study's own phases (warm start) stay on the screen
             self.live.console.print(phase, highlight=False, markup=False)
         self.phase = phase

@@ -6,7 +6,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from pydantic import ValidationError
@@ -20,6 +20,7 @@ from autotune.cli._common import (
     console,
     error_console,
     handle_errors,
+    option_error,
     parse_duration,
 )
 from autotune.cli._run_output import (
@@ -30,8 +31,8 @@ from autotune.cli._run_output import (
     trials_table,
 )
 from autotune.cli.progress import Tally
+from autotune.cli.show_table import print_show
 from autotune.config.space import default_space_path
-from autotune.config.trial_config import launched_value
 from autotune.defaults import (
     DEFAULT_HEARTBEAT_S,
     DEFAULT_SAMPLER,
@@ -40,8 +41,7 @@ from autotune.defaults import (
 )
 from autotune.engines import kill_all_servers
 from autotune.errors import InputError
-from autotune.results.compare import study_plan
-from autotune.results.reader import LoadedStudy, TrialRow, load_study, study_names
+from autotune.results.reader import LoadedStudy, load_study, study_names
 from autotune.study import StudySpec, completed_count, completed_trials, run_log_path, run_study
 from autotune.study.setup import RunOptions, prepare_study
 from autotune.study.verdict import stored_verdict
@@ -49,9 +49,8 @@ from autotune.study.workers import gpu_groups, refuse_sqlite, run_workers
 from autotune.trial.objective import METRIC_NAMES, ObjectiveName
 from autotune.tuner.kv_bounds import kv_bound_warning
 from autotune.tuner.settings_file import read_run_settings
-from autotune.workload.stats import IdealPrefixHits
 
-WIDE_SHOW_COLUMNS = 160  # below this width `show` lists parameters under the table
+FINAL_TABLE_ROWS = 5  # the best trials a run on a terminal ends with
 
 Workload = Annotated[Path, typer.Option("--workload", "-w", help="Workload JSONL file.")]
 Mode = Annotated[
@@ -183,6 +182,14 @@ def run(
     gpus_per_trial: Annotated[
         int, typer.Option("--gpus-per-trial", help="GPUs per server (its tensor-parallel size).")
     ] = 1,
+    seed: Annotated[
+        int | None,
+        typer.Option(
+            "--seed",
+            help="Seed of the sampler and the simulator: reproducible proposals (the tuner "
+            "setting seed:); each worker draws its own stream from it.",
+        ),
+    ] = None,
     heartbeat_interval: Annotated[
         int, typer.Option("--heartbeat-interval", hidden=True)
     ] = DEFAULT_HEARTBEAT_S,
@@ -198,31 +205,34 @@ def run(
     if groups:  # the study's fingerprint, pre-screen and confirmations: the first group
         os.environ["CUDA_VISIBLE_DEVICES"] = groups[0]
     settings = read_run_settings(space or default_space_path(model, sim_model), tuner)
-    options = RunOptions(
-        objective=objective,
-        workload=workload,
-        engine=engine,
-        model=model,
-        hardware=hardware,
-        sim_model=sim_model,
-        space=space,
-        storage=storage,
-        study=study,
-        trials=trials,
-        timeout_s=parse_duration(timeout, option="--timeout"),
-        trial_timeout_s=parse_duration(trial_timeout, option="--trial-timeout"),
-        sampler=sampler,
-        slos=slo or [],
-        max_error_rate=max_error_rate,
-        load=settings.load_spec(
-            mode=mode,
-            concurrency=concurrency,
-            duration_s=parse_duration(duration, option="--duration"),
-        ),
-        heartbeat_interval_s=heartbeat_interval,
-        gpus_per_trial=gpus_per_trial,
-        **settings.run_options(),
-    )
+    try:
+        options = RunOptions(
+            objective=objective,
+            workload=workload,
+            engine=engine,
+            model=model,
+            hardware=hardware,
+            sim_model=sim_model,
+            space=space,
+            storage=storage,
+            study=study,
+            trials=trials,
+            timeout_s=parse_duration(timeout, option="--timeout"),
+            trial_timeout_s=parse_duration(trial_timeout, option="--trial-timeout"),
+            sampler=sampler,
+            slos=slo or [],
+            max_error_rate=max_error_rate,
+            load=settings.load_spec(
+                mode=mode,
+                concurrency=concurrency,
+                duration_s=parse_duration(duration, option="--duration"),
+            ),
+            heartbeat_interval_s=heartbeat_interval,
+            gpus_per_trial=gpus_per_trial,
+            **_with_seed(settings.run_options(), seed),
+        )
+    except ValidationError as exc:
+        raise option_error(exc) from None
     out = console()
     found: list[str] = []
 
@@ -246,6 +256,13 @@ def run(
         run_with_output(spec, output, found, resuming=resuming)
     finally:
         output.close()
+
+
+def _with_seed(fields: dict[str, Any], seed: int | None) -> dict[str, Any]:
+    """The settings' ``RunOptions`` fields, ``--seed`` over the tuner setting ``seed:``."""
+    if seed is None:
+        return fields
+    return fields | {"tuner": fields["tuner"].model_copy(update={"seed": seed})}
 
 
 def _workers(spec: StudySpec, groups: list[str], output: RunOutput) -> None:
@@ -284,6 +301,7 @@ def run_with_output(
         already_done=completed_count(existing.study) if existing is not None else 0,
         maximize=spec.goal.directions[0] == "maximize",
         best=best_so_far(existing) if existing is not None else None,
+        replay_wall_s=spec.replay_wall_s,
     )
     display, observer = output.progress(tally, METRIC_NAMES[spec.goal.objectives[0]])
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
@@ -337,10 +355,13 @@ def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
 
 
 def _finish(loaded: LoadedStudy, output: RunOutput) -> None:
-    """The full trial table (not on a terminal, where the live display showed it) and the
-    summary, on stdout and in the log."""
+    """The trial table and the summary, on stdout and in the log: on a terminal, where
+    the trials' lines scrolled past, `show`'s table of the best few; elsewhere, and in the
+    log, every trial in number order."""
     table = trials_table(loaded)
-    if not output.out.is_terminal:
+    if output.out.is_terminal:
+        print_show(output.out, loaded, limit=FINAL_TABLE_ROWS)
+    else:
         output.out.print(table)
     output.log.print(table)
     for line in summary_lines(loaded):
@@ -354,137 +375,7 @@ def show(
     limit: Annotated[int | None, typer.Option("--limit", help="Show the first N rows.")] = None,
 ) -> None:
     """The trials of a study, best first: flags, outcome, score, margins, server stats."""
-    loaded = load_study(storage, study)
-    out = console()
-    metric = METRIC_NAMES[ObjectiveName(loaded.info.primary_objective)]
-    table = Table(title=f"{loaded.name} ({loaded.info.engine}, {loaded.info.gpu_name})")
-    table.add_column("#", justify="right")
-    table.add_column("outcome")
-    table.add_column(metric, justify="right")
-    param_names = sorted({name for row in loaded.trials for name in row.params})
-    wide = out.width >= WIDE_SHOW_COLUMNS
-    if wide:  # a column per parameter; on a narrow terminal they follow the table
-        for name in param_names:
-            table.add_column(name, justify="right")
-    table.add_column("margin", justify="right")
-    table.add_column("KV tokens", justify="right")
-    table.add_column("peak run", justify="right")
-    table.add_column("prefix hit", justify="right")
-    table.add_column("ideal hit", justify="right")
-    table.add_column("preempt", justify="right")
-    crown = loaded.crowned()
-    crowned = set(crown.trials) if crown else set()
-    rows = sorted(loaded.trials, key=lambda row: _show_order(loaded, row, crowned))[:limit]
-    ideal = _ideal_hits(loaded)
-    for row in rows:
-        table.add_row(*_show_cells(row, param_names if wide else [], ideal, row.number in crowned))
-    out.print(table)
-    if crown is not None:
-        out.print(
-            f"winner: trial {crown.trial}, measured {_times(crown.measurements)} "
-            f"(trials {', '.join(map(str, crown.trials))}): mean {crown.mean:,.1f}, "
-            f"spread {crown.spread:,.1f} {metric}; a row below it with a higher single "
-            "measurement is best by one run, which noise can explain",
-            highlight=False,
-        )
-    if any("*" in effective_cell(row, name) for row in rows for name in param_names):
-        out.print(
-            "* the value the trial launched with, set by a derived rule over the searched one"
-        )
-    if ideal is None:
-        out.print("ideal hit: unknown (the study's workload file is gone or changed)")
-    if not wide:
-        for row in rows:
-            pairs = " ".join(f"{name}={effective_cell(row, name)}" for name in param_names)
-            out.print(f"#{row.number}: {pairs}", highlight=False, soft_wrap=True)
-
-
-def _times(count: int) -> str:
-    return "once" if count == 1 else f"{count} times"
-
-
-def _show_order(loaded: LoadedStudy, row: TrialRow, crowned: set[int]) -> tuple[int, float, int]:
-    """The crowned config's trials first, then feasible, measured, the rest; best first."""
-    if row.number in crowned:
-        return (-1, -loaded.primary_key(row), row.number)
-    if row.feasible and row.measured:
-        return (0, -loaded.primary_key(row), row.number)
-    if row.measured:
-        return (1, -loaded.primary_key(row), row.number)
-    return (2, 0.0, row.number)
-
-
-def _ideal_hits(loaded: LoadedStudy) -> IdealPrefixHits | None:
-    """The workload's prefix hits with an infinite cache, beside the server's; None when
-    the study's workload file is gone or changed."""
-    try:
-        plan, _ = study_plan(loaded)
-    except (InputError, ValidationError):
-        return None
-    return IdealPrefixHits(plan)
-
-
-def _show_cells(
-    row: TrialRow,
-    param_names: list[str],
-    ideal: IdealPrefixHits | None = None,
-    crowned: bool = False,
-) -> list[str]:
-    outcome = row.outcome_text
-    if row.is_baseline:
-        outcome += " (baseline)"
-    if crowned:
-        outcome += " (winner)"
-    style = "green" if row.feasible and row.measured else "red" if row.is_oom else "yellow"
-    value = f"{row.values[0]:,.1f}" if row.values and row.measured else "-"
-    if row.state == "PRUNED" and row.values:  # the replay's figure when it stopped
-        value = f"({row.values[0]:,.1f} so far)"
-    worst = _deciding_margin(row.constraints)
-    stats = row.server_stats
-    hit = stats.prefix_cache_hit_rate if stats else None
-    best = ideal.ratio(stats.block_size) if ideal is not None and stats is not None else None
-    return [
-        str(row.number),
-        f"[{style}]{outcome}[/{style}]",
-        value,
-        *(effective_cell(row, name) for name in param_names),
-        f"{worst[0]} {worst[1]:+.2f}" if worst else "-",
-        _cell(row.kv_cache_tokens),
-        _cell(row.concurrency_reached),
-        f"{100 * hit:.1f}%" if hit is not None else "-",
-        f"{100 * best:.1f}%" if best is not None else "-",
-        _cell(stats.preemptions if stats else None),
-    ]
-
-
-def _deciding_margin(constraints: dict[str, float]) -> tuple[str, float] | None:
-    """The margin that explains the outcome: oom, crash or the worst violation; for a
-    feasible trial the tightest SLO or memory margin (how close it came to a limit)."""
-    for key in ("oom", "crash"):
-        if constraints.get(key, -1.0) > 0:
-            return key, constraints[key]
-    violated = {k: v for k, v in constraints.items() if v > 0}
-    if violated:
-        return max(violated.items(), key=lambda item: item[1])
-    limits = {k: v for k, v in constraints.items() if k == "oom" or k.startswith("slo:")}
-    return max(limits.items(), key=lambda item: item[1]) if limits else None
-
-
-def effective_cell(row: TrialRow, name: str) -> str:
-    """A parameter as the trial launched it: where a derived rule replaced the searched
-    value (2N-1 batched tokens), the flag's value, marked ``*``."""
-    value, replaced = launched_value(name, row.params.get(name), row.flags)
-    return f"{_cell(value)}*" if replaced else _cell(value)
-
-
-def _cell(value: object) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:,.2f}"
-    if isinstance(value, int) and not isinstance(value, bool):
-        return f"{value:,}"
-    return str(value)
+    print_show(console(), load_study(storage, study), limit=limit)
 
 
 @handle_errors

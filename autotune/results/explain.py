@@ -319,7 +319,7 @@ def _percent(value: float | None) -> str:
 
 def importance_sentences(loaded: LoadedStudy, tie: Tie | None = None) -> list[str]:
     measured = len(loaded.feasible_measured())
-    if tie is not None:  # importances over a constant rank noise
+    if tie is not None and tie.measured in (0, tie.configs):  # importances over a constant
         return [
             f"None measurably: over {measured} measured trials every config served within "
             f"{tie.spread:.1%} of the best, so ranking the flags by importance would rank noise."
@@ -398,7 +398,7 @@ def oom_sentences(loaded: LoadedStudy) -> list[str]:
         return ["No configuration has reached the engine or the memory model yet."]
     if not ooms:
         return [f"None of the {len(rows)} configurations tried ran out of memory."]
-    numbers = ", ".join(str(r.number) for r in ooms)
+    numbers = ("trial " if len(ooms) == 1 else "trials ") + ", ".join(str(r.number) for r in ooms)
     if len(ooms) == len(rows):
         return [f"Every trial ran out of memory ({numbers}); none fitted to bracket the boundary."]
     sentences = [
@@ -408,7 +408,8 @@ def oom_sentences(loaded: LoadedStudy) -> list[str]:
     ]
     if not sentences:
         sentences.append(
-            f"{len(ooms)} trial(s) ran out of memory ({numbers}), but none differs from a "
+            f"{len(ooms)} {'trial' if len(ooms) == 1 else 'trials'} ran out of memory "
+            f"({numbers}), but none differs from a "
             "trial that fitted in one parameter alone, so these trials cannot say which "
             "flag decides."
         )

@@ -5,14 +5,18 @@ recorded think times) gives every config the same throughput: the server idles b
 turns whatever its flags. Crowning one of them, or ranking flags by importance over a
 constant, tells the user nothing. Two readings say so:
 
-- the tie: the distinct configs measured (at least ``MIN_CONFIGS``) all served within
-  ``TIE_SPREAD`` of the best (a run's own noise is about 3%);
 - the offered load: what the workload would give an instant server under the same load
-  (the load policy's schedule with every request answered as it is sent). A best config
-  at ``OFFERED_SHARE`` of it or more has nothing left to gain.
+  (the load policy's schedule with every request answered as it is sent), known from
+  the study's workload. Every config that serves ``OFFERED_SHARE`` of it or more has at
+  most the rest to gain, and single runs at such a load scatter by that much (two real
+  Claude Code sessions offering 34.6 tok/s: configs at 31.5-34.7 in single runs), so
+  two or more such configs tie, whatever their spread;
+- without it (the workload file gone or changed), the spread alone: the distinct configs
+  measured (at least ``MIN_CONFIGS``) all served within ``TIE_SPREAD`` of the best (a
+  run's own noise on a load that is not the limit, about 3%).
 
-Both: the study is load-bound, and the way out is more load (more sessions at once,
-shorter think times, a larger workload), not another config.
+Load-bound, the way out is more load (more sessions at once, shorter think times, a
+larger workload), not another config.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ from autotune.workload.plan import WorkloadPlan
 
 TIE_SPREAD = 0.03  # configs within this share of the best tie: one run's noise
 OFFERED_SHARE = 0.90  # a best this close to what the load offers has nothing left to gain
-MIN_CONFIGS = 3  # fewer distinct configs cannot show a tie
+MIN_CONFIGS = 3  # fewer distinct configs cannot show a tie by their spread alone
+MIN_BOUND_CONFIGS = 2  # ... nor fewer than this one by the offered load
 
 
 def offered_output_tok_s(plan: WorkloadPlan, load: LoadSpec) -> float | None:
@@ -51,12 +56,13 @@ def offered_output_tok_s(plan: WorkloadPlan, load: LoadSpec) -> float | None:
 class Tie:
     """The configs a study measured, all within ``TIE_SPREAD`` of each other."""
 
-    configs: int  # distinct configs measured within the limits
-    low_tok_s: float  # the lowest config's mean
+    configs: int  # distinct configs that tie (within the limits)
+    low_tok_s: float  # the lowest tied config's mean
     high_tok_s: float  # the best config's mean
     offered_tok_s: float | None  # what the load offers an instant server (None: unknown)
     load: LoadSpec
     sessions: int
+    measured: int = 0  # distinct configs measured within the limits (0: as many as tie)
 
     @property
     def spread(self) -> float:
@@ -80,17 +86,23 @@ def find_tie(loaded: LoadedStudy, offered_tok_s: float | None) -> Tie | None:
             key = json.dumps(row.flags, sort_keys=True, default=str)
             by_config.setdefault(key, []).append(row.values[0])
     means = [sum(values) / len(values) for values in by_config.values()]
-    if len(means) < MIN_CONFIGS or max(means) <= 0:
+    if not means or max(means) <= 0:
         return None
-    if min(means) < (1 - TIE_SPREAD) * max(means):
+    tied = means
+    if offered_tok_s and max(means) >= OFFERED_SHARE * offered_tok_s:
+        tied = [mean for mean in means if mean >= OFFERED_SHARE * offered_tok_s]
+        if len(tied) < MIN_BOUND_CONFIGS:
+            return None
+    elif len(means) < MIN_CONFIGS or min(means) < (1 - TIE_SPREAD) * max(means):
         return None
     return Tie(
-        configs=len(means),
-        low_tok_s=min(means),
-        high_tok_s=max(means),
+        configs=len(tied),
+        low_tok_s=min(tied),
+        high_tok_s=max(tied),
         offered_tok_s=offered_tok_s,
         load=LoadSpec.model_validate(loaded.info.load),
         sessions=int(loaded.info.workload.get("sessions") or 0),
+        measured=len(means),
     )
 
 
@@ -133,18 +145,22 @@ def more_load_advice(tie: Tie) -> str:
 
 def tie_sentences(tie: Tie) -> list[str]:
     """The plain words: the configs tie, and (load-bound) why and what to do."""
-    figures = (
-        f"all {tie.configs} configs measured served {tie.low_tok_s:,.1f}-"
-        f"{tie.high_tok_s:,.1f} output tok/s ({tie.spread:.1%} apart, within a run's noise)"
-    )
+    some = tie.measured not in (0, tie.configs)
+    which = f"{tie.configs} of the {tie.measured}" if some else f"all {tie.configs}"
+    which = "both" if which == "all 2" else which
+    served = f"{which} configs measured served {tie.low_tok_s:,.1f}-{tie.high_tok_s:,.1f}"
+    served += " output tok/s"
     if tie.load_bound:
         assert tie.offered_tok_s is not None
         return [
-            f"The configs tie: {figures}, and the workload offers "
+            f"The configs tie: {served}, and the workload offers "
             f"{tie.offered_tok_s:,.1f} with an instant server (the best: "
-            f"{tie.high_tok_s / tie.offered_tok_s:.0%} of it). The load, not the config, sets "
-            f"the throughput here, so the crown is a coin toss: {more_load_advice(tie)}."
+            f"{tie.high_tok_s / tie.offered_tok_s:.0%} of it; each of them at least "
+            f"{OFFERED_SHARE:.0%}, closer than single runs at this load tell apart). The "
+            f"load, not the config, sets the throughput here, so the crown is a coin toss: "
+            f"{more_load_advice(tie)}."
         ]
+    figures = f"{served} ({tie.spread:.1%} apart, within a run's noise)"
     return [
         f"The configs tie: {figures}. No flag of the space moved the throughput measurably "
         f"on this workload, so the crown is a coin toss; to tell them apart under more load: "

@@ -27,7 +27,12 @@ from autotune.sim.model.hardware import get_gpu
 from autotune.sim.model.models import ModelSpec, get_model
 from autotune.sim.model.prompt import PromptRenderer
 from autotune.study import SAMPLERS, StudySpec, default_study_name, stored_run_options
-from autotune.study.trial_length import TrialTimeLimit, size_replay, size_trial_limit
+from autotune.study.trial_length import (
+    NO_ORACLE_WHY,
+    TrialTimeLimit,
+    size_replay,
+    size_trial_limit,
+)
 from autotune.trial.objective import Goal, parse_objectives, parse_slos
 from autotune.trial.preflight import (
     MAX_MODEL_LEN_FLAG,
@@ -158,6 +163,7 @@ def prepare_study(options: RunOptions, *, say: Callable[[str], None] | None = No
             update={"fixed": space.fixed | {TENSOR_PARALLEL_FLAG: options.gpus_per_trial}}
         )
     longest = max((request.prompt_tokens for request in plan.requests), default=0)
+    no_oracle_why = NO_ORACLE_WHY
     if options.engine == "sim":
         extra_args = ("--tokenizer", options.tokenizer) if options.tokenizer else ()
         if options.calibration is not None:
@@ -200,6 +206,7 @@ def prepare_study(options: RunOptions, *, say: Callable[[str], None] | None = No
         if options.gpus_per_trial > 1 and prescreen is not None:
             say("note: no memory pre-screen with --gpus-per-trial above 1 (it models one GPU)")
             prescreen = oracle = None
+            no_oracle_why = "the simulator models one GPU, not --gpus-per-trial above 1"
         gpu = options.hardware or engine.hardware().gpu_name.replace(" ", "-").lower()
     load, length_line = size_replay(
         options.load,
@@ -219,7 +226,7 @@ def prepare_study(options: RunOptions, *, say: Callable[[str], None] | None = No
     # The default limit: the study's own when it has one (a resume, a worker), else sized.
     stored_limit = options.trial_limit or _stored_trial_limit(options.storage, name)
     default_limit = stored_limit
-    if default_limit is None and options.trial_timeout_s is None:
+    if default_limit is None:  # sized even under --trial-timeout: the ETA reads its length
         default_limit = size_trial_limit(
             load,
             plan,
@@ -228,6 +235,7 @@ def prepare_study(options: RunOptions, *, say: Callable[[str], None] | None = No
             engine_version=engine.version() if options.engine == "sim" else None,
             oracle=oracle,
             time_scale=options.time_scale if options.engine == "sim" else 1.0,
+            no_oracle_why=no_oracle_why,
         )
     limit = _limit_in_effect(options.trial_timeout_s, default_limit)
     say(limit.line(stored=stored_limit is not None and limit == stored_limit))
@@ -248,6 +256,7 @@ def prepare_study(options: RunOptions, *, say: Callable[[str], None] | None = No
         timeout_s=options.timeout_s,
         trial_timeout_s=None if limit.from_ready else limit.seconds,
         replay_timeout_s=limit.seconds if limit.from_ready else None,
+        replay_wall_s=default_limit.replay_wall_s,
         startup_timeout_s=options.startup_timeout_s,
         sampler=options.sampler,
         seed=options.tuner.seed,
@@ -269,13 +278,10 @@ def prepare_study(options: RunOptions, *, say: Callable[[str], None] | None = No
     )
 
 
-def _limit_in_effect(
-    trial_timeout_s: float | None, default: TrialTimeLimit | None
-) -> TrialTimeLimit:
+def _limit_in_effect(trial_timeout_s: float | None, default: TrialTimeLimit) -> TrialTimeLimit:
     """--trial-timeout (on the whole trial, start included) when given, else the default."""
     if trial_timeout_s is not None:
         return TrialTimeLimit(seconds=trial_timeout_s, from_ready=False, basis="--trial-timeout")
-    assert default is not None, "a default limit is sized whenever --trial-timeout is not given"
     return default
 
 

@@ -67,6 +67,7 @@ class StudySpec:
     timeout_s: float | None = None
     trial_timeout_s: float | None = None  # a trial's whole limit, start included
     replay_timeout_s: float | None = None  # its limit once the server is ready (the default)
+    replay_wall_s: float | None = None  # one trial's predicted replay (wall s): the ETA's
     startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S
     sampler: str | optuna.samplers.BaseSampler = DEFAULT_SAMPLER  # a name, or a sampler to use
     seed: int | None = None

@@ -101,7 +101,7 @@ def open_storage(
         if url.startswith("sqlite:///"):
             path = Path(url.removeprefix("sqlite:///"))
             if str(path) not in ("", ":memory:"):
-                path.parent.mkdir(parents=True, exist_ok=True)
+                _make_folder(url, path.parent)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             heartbeat: dict[str, Any] = {}
@@ -116,6 +116,20 @@ def open_storage(
             )
     except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError, OSError) as exc:
         raise StorageError(unreadable_storage(url, exc, doing="cannot open")) from exc
+
+
+def _make_folder(url: str, folder: Path) -> None:
+    """The SQLite file's folder; a file where a folder must be is named in one line."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as exc:
+        blocking = next(
+            (p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), folder
+        )
+        raise StorageError(
+            f"--storage {url}: cannot create the folder {folder}: {blocking} is a file, "
+            "not a folder"
+        ) from exc
 
 
 def is_storage_failure(exc: BaseException) -> bool:

@@ -39,6 +39,7 @@ MIN_REPLAY_LIMIT_S = 3 * 60
 # Without a simulator prediction the length is a budget or the recorded gaps (a lower
 # bound that leaves out serving time), so the limit is never below an hour.
 UNPREDICTED_MIN_REPLAY_LIMIT_S = 60 * 60
+NO_ORACLE_WHY = "--hardware and --sim-model let the simulator predict it"
 
 
 class TrialTimeLimit(BaseModel):
@@ -52,6 +53,8 @@ class TrialTimeLimit(BaseModel):
     seconds: float  # wall seconds
     from_ready: bool  # counted from the server being ready (default), else from the launch
     basis: str  # why this long, in words: "3x the predicted 4m replay"
+    # The replay it is sized from, wall seconds (None: unknown): the live ETA's trial length.
+    replay_wall_s: float | None = None
 
     def line(self, *, stored: bool = False) -> str:
         """The run's line that states the limit."""
@@ -104,10 +107,12 @@ def size_trial_limit(
     engine_version: str | None,
     oracle: SimOracle | None,
     time_scale: float,
+    no_oracle_why: str = NO_ORACLE_WHY,
 ) -> TrialTimeLimit:
     """The default limit for trials replaying ``plan`` under ``load`` (the load they run,
     budget included; ``oracle`` predicts under it). ``time_scale``: the simulator's
-    speed-up, so that a modelled length becomes wall seconds (1 for a real engine)."""
+    speed-up, so that a modelled length becomes wall seconds (1 for a real engine).
+    ``no_oracle_why``: why there is no ``oracle``, for the line that says so."""
     predicted = _predicted_replay_s(plan, space, model, engine_version, oracle)
     if predicted is not None:
         wall_s = predicted / time_scale
@@ -115,7 +120,7 @@ def size_trial_limit(
         basis = f"{REPLAY_LIMIT_FACTOR}x the predicted {_clock(wall_s)} replay"
         if seconds == MIN_REPLAY_LIMIT_S:
             basis += f", at least {_clock(MIN_REPLAY_LIMIT_S)}"
-        return TrialTimeLimit(seconds=seconds, from_ready=True, basis=basis)
+        return TrialTimeLimit(seconds=seconds, from_ready=True, basis=basis, replay_wall_s=wall_s)
     if load.duration_s is not None:
         wall_s, source = load.duration_s / time_scale, "replay budget"
     else:
@@ -125,11 +130,14 @@ def size_trial_limit(
     if seconds > UNPREDICTED_MIN_REPLAY_LIMIT_S:
         basis = f"{REPLAY_LIMIT_FACTOR}x the {_clock(wall_s)} {source}, no simulator prediction"
     else:
+        why = no_oracle_why if oracle is None else "the simulator cannot model the baseline config"
         basis = (
             f"at least {_clock(UNPREDICTED_MIN_REPLAY_LIMIT_S)} without a predicted replay "
-            "length: --hardware and --sim-model let the simulator predict it"
+            f"length: {why}"
         )
-    return TrialTimeLimit(seconds=seconds, from_ready=True, basis=basis)
+    return TrialTimeLimit(
+        seconds=seconds, from_ready=True, basis=basis, replay_wall_s=wall_s or None
+    )
 
 
 def _predicted_replay_s(

@@ -50,10 +50,10 @@ def parse_json_line(line: bytes, where: str) -> Any:
     except json.JSONDecodeError as exc:
         escaped = _ESCAPED_BYTE.search(text) if bad_bytes else None
         if escaped is not None:  # a bad byte outside any string
-            raise WorkloadError(f"{where}: (line): {_bad_byte(escaped)}") from exc
-        raise WorkloadError(f"{where}: (line): invalid JSON: {exc.msg}") from exc
+            raise WorkloadError(f"{where}: {_bad_byte(escaped)}") from exc
+        raise WorkloadError(f"{where}: invalid JSON at column {exc.colno}: {exc.msg}") from exc
     except RecursionError as exc:
-        raise WorkloadError(f"{where}: (line): invalid JSON: nested too deeply") from exc
+        raise WorkloadError(f"{where}: invalid JSON: nested too deeply") from exc
     # The walk costs a pass over the value: only a line that may have a problem pays it.
     strings = bad_bytes or _SURROGATE_ESCAPE.search(line) is not None
     if unreadable or strings:

@@ -251,3 +251,21 @@ def test_when_no_request_fits_the_advice_is_not_to_slice(tmp_path: Path) -> None
         result.stderr
     )
     assert "slicing cannot help" in result.stderr and "--max-context" not in result.stderr
+
+
+def test_the_trial_limit_line_says_why_nothing_was_predicted_when_both_names_were_given(
+    tmp_path: Path,
+) -> None:
+    """Before: "--hardware and --sim-model let the simulator predict it" when both were
+    given (--gpus-per-trial 2 turns the one-GPU simulator off)."""
+    workload = REPO / "workloads" / "sample-claudecode.jsonl"
+    done = in_process(
+        tmp_path, "run", "--workload", str(workload), "--engine", "vllm",
+        "--model", "Qwen/Qwen3.6-27B", "--sim-model", "qwen3.6-27b-awq",
+        "--hardware", "h200-141g", "--gpus", "0,1", "--gpus-per-trial", "2",
+        "--storage", f"sqlite:///{tmp_path / 'a.db'}",
+        *tuner_args(tmp_path, {"engine": {"vllm_executable": "/bin/false"}}),
+    )  # fmt: skip
+    (line,) = [line for line in done.stdout.splitlines() if line.startswith("Trial time limit")]
+    assert "the simulator models one GPU, not --gpus-per-trial above 1" in line, line
+    assert "let the simulator predict it" not in line

@@ -98,3 +98,45 @@ def test_bad_calibration_profile_names_file_and_field(
     assert not (tmp_path / "a.db").exists() or not optuna.get_all_study_names(
         f"sqlite:///{tmp_path / 'a.db'}"
     )
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--trials", "0"], "error: --trials 0: Input should be greater than or equal to 1"),
+        (["--concurrency", "0"], "error: --concurrency 0: Input should be greater than"),
+        (["--max-error-rate", "2"], "error: --max-error-rate 2.0: Input should be less than"),
+    ],
+)
+def test_a_refused_value_names_its_option_as_typed(
+    tmp_path: Path, args: list[str], expected: str
+) -> None:
+    """Before: `error: trials: Input should be ...`, the model's field, not the option."""
+    code, err = invoke(tmp_path, *args)
+    assert code == 2
+    assert err.strip() == expected or err.startswith(expected), err
+
+
+def test_invalid_json_names_file_line_and_column(tmp_path: Path) -> None:
+    """Before: `bad.jsonl:2: (line): invalid JSON`, a field named `(line)`."""
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(WORKLOAD.read_text().splitlines()[0] + "\n{not json\n")
+    result = CliRunner().invoke(app, ["run", "--workload", str(bad), "--engine", "sim",
+                                      "--hardware", "rtx4080s-32g", "--model", "qwen3.6-27b-awq",
+                                      "--storage", f"sqlite:///{tmp_path / 'a.db'}"])  # fmt: skip
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (
+        f"error: {bad}:2: invalid JSON at column 2: Expecting property name enclosed in "
+        "double quotes"
+    )
+
+
+def test_a_storage_under_a_regular_file_says_so(tmp_path: Path) -> None:
+    """Before: `cannot open: [Errno 17] File exists: '.../afile'`."""
+    (tmp_path / "afile").write_text("")
+    code, err = invoke(tmp_path, storage=f"sqlite:///{tmp_path / 'afile' / 'db' / 'a.db'}")
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1, err
+    assert f"cannot create the folder {tmp_path / 'afile' / 'db'}: " in err
+    assert f"{tmp_path / 'afile'} is a file, not a folder" in err
+    assert "Errno" not in err

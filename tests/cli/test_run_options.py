@@ -28,7 +28,7 @@ from tests.results.conftest import POINTS, Point, build_study
 REPO = Path(__file__).resolve().parents[2]
 WORKLOAD = REPO / "workloads" / "sample-claudecode.jsonl"
 QWEN_SPACE = REPO / "search_spaces" / "qwen3.6-27b-awq.yaml"
-MOST_OPTIONS = 22  # the options a user decides, --help included (issue 25: about 20)
+MOST_OPTIONS = 23  # the options a user decides, --help included (issue 25: about 20; --seed)
 FORMER_SWITCHES = (
     "--race", "--race-early", "--crown-prior", "--explore-tail", "--refine", "--overtake",
     "--recalibrate", "--reseed", "--local-search", "--dedup", "--recheck", "--prune",

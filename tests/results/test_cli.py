@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import typer
 from typer.testing import CliRunner
 
+from autotune.cli import app as full_app  # show is `run`'s sibling, not a results command
 from autotune.cli.results import register
+from tests.results.conftest import Point, build_study
 
 runner = CliRunner()
 app = typer.Typer()  # only our commands: the test does not depend on the rest of the CLI
@@ -50,3 +53,27 @@ def test_dashboard_prints_its_command(study_url: str) -> None:
     assert result.exit_code == 0, result.output
     assert "optuna-dashboard" in result.stdout
     assert "--port 9001" in result.stdout
+
+
+def test_show_explains_its_margin_column(study_url: str) -> None:
+    """Before: an `oom -0.08` column with no word on what it measures."""
+    result = runner.invoke(full_app, ["show", "--storage", study_url], env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    assert re.search(r"oom -\d\.\d\d", result.stdout), result.stdout
+    assert (
+        "margin: the limit that decides the trial, as measured / limit - 1 (oom: memory "
+        "needed / available - 1; slo:NAME: the SLO's): below 0 within it, above 0 past it"
+    ) in result.stdout
+
+
+def test_explain_counts_one_oom_trial_in_words(storage_url: str) -> None:
+    """Before: "1 trial(s) ran out of memory (0)"."""
+    build_study(storage_url, "one-oom", points=[
+        Point(6.0, "auto", 16, 0, baseline=True), Point(14.0, "fp8_e4m3", 32, 2),
+    ])  # fmt: skip
+    result = runner.invoke(
+        app, ["explain", "--storage", storage_url, "--study", "one-oom"], env={"COLUMNS": "400"}
+    )
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    assert "1 trial ran out of memory (trial 1), but none differs" in text, text

@@ -124,7 +124,7 @@ def test_study_without_feasible_trials_still_explains_memory(storage_url: str) -
     sections = explain(load_study(storage_url))
     assert [s.title for s in sections] == ["Trials", "Best", "Where out-of-memory begins"]
     assert sections[2].sentences == (
-        "Every trial ran out of memory (0); none fitted to bracket the boundary.",
+        "Every trial ran out of memory (trial 0); none fitted to bracket the boundary.",
     )
 
 

@@ -42,3 +42,20 @@ def test_configs_far_apart_do_not_tie_and_close_ones_do(storage_url: str) -> Non
     assert bound is not None and bound.load_bound
     assert "The load, not the config, sets the throughput" in tie_sentences(bound)[0]
     assert not find_tie(loaded, offered_tok_s=tie.high_tok_s * 2).load_bound  # type: ignore[union-attr]
+
+
+def test_configs_near_the_offered_load_tie_however_far_apart_single_runs_put_them(
+    storage_url: str,
+) -> None:
+    """Before: a tie needed three configs within 3% of each other, so configs at the
+    load's ceiling 8% apart (single runs at 31.5-34.7 tok/s against 34.6 offered) got a
+    crowned winner and no word on the load."""
+    build_study(storage_url, "apart")  # 220 to 608 tok/s; the two best 562 and 608
+    loaded = load_study(storage_url, "apart")
+    tie = find_tie(loaded, offered_tok_s=600.0)
+    assert tie is not None and tie.load_bound
+    assert (tie.configs, tie.measured) == (2, 8) and tie.spread > 0.07
+    sentence = tie_sentences(tie)[0]
+    assert sentence.startswith("The configs tie: 2 of the 8 configs measured served 562.0-608.0")
+    assert "the workload offers 600.0 with an instant server (the best: 101% of it" in sentence
+    assert find_tie(loaded, offered_tok_s=700.0) is None  # the best at 87%: room to gain

@@ -158,7 +158,7 @@ def test_unknown_reference_and_bad_json_are_line_errors(write_jsonl: Callable[..
     with pytest.raises(WorkloadError, match=r":2: parent: unknown request 'zz'"):
         read_workload(path)
     path = write_jsonl([HEADER, "{not json"], name="bad.jsonl")
-    with pytest.raises(WorkloadError, match=r"bad\.jsonl:2: \(line\): invalid JSON"):
+    with pytest.raises(WorkloadError, match=r"bad\.jsonl:2: invalid JSON at column 2: "):
         read_workload(path)
 
 

@@ -87,7 +87,7 @@ BAD_LINES = {
     ),
     "100,000 nested brackets": (
         b"[" * 100_000 + b"]" * 100_000,
-        "(line): invalid JSON: nested too deeply",
+        "invalid JSON: nested too deeply",
     ),
     "invalid UTF-8 in a string": (
         _request(b'"caf\xc3\xa9, then \xff\xfe"'),
@@ -100,7 +100,7 @@ BAD_LINES = {
     ),
     "invalid UTF-8 outside a string": (
         b'{"type": "request", \xff "id": "r"}',
-        "(line): invalid UTF-8: byte 0xff at character 21",
+        "invalid UTF-8: byte 0xff at character 21",
     ),
 }
 
