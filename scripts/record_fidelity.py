@@ -35,7 +35,8 @@ CASES = ("readme", "h100-chat", "longctx-24g")  # bench_tuner.py's landscapes
 
 
 def _bench_tuner() -> Any:
-    spec = importlib.util.spec_from_file_location("bench_tuner", REPO / "scripts" / "bench_tuner.py")
+    path = REPO / "scripts" / "bench_tuner.py"
+    spec = importlib.util.spec_from_file_location("bench_tuner", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules["bench_tuner"] = module
