@@ -128,6 +128,9 @@ class SimEngineCore:
         self._running: list[RequestState] = []
         self._by_id: dict[str, RequestState] = {}
         self._dead: str | None = None
+        # The largest run-time transient any OOM check weighed (bytes): with at least this
+        # much headroom, every check passes as here (autotune/sim/virtual/shared_runs.py).
+        self.peak_transient_bytes = 0.0
 
     # ----------------------------------------------------------------- requests
     def check_prompt(self, num_prompt: int) -> None:
@@ -170,6 +173,10 @@ class SimEngineCore:
             self._waiting.remove(state)
         self._kv.free(state)
         self._update_gauges()
+
+    @property
+    def kv_pool(self) -> KvCacheManager:
+        return self._kv
 
     def has_unfinished(self) -> bool:
         return bool(self._by_id)
@@ -299,6 +306,7 @@ class SimEngineCore:
             self.memory.transient_prefill_bytes_per_token * shape.num_tokens
             + self.memory.transient_bytes_per_seq * shape.num_seqs
         )
+        self.peak_transient_bytes = max(self.peak_transient_bytes, transient)
         if transient > self.memory.headroom_bytes:
             self._dead = torch_oom_text(
                 transient, get_gpu(self.config.hardware), self.memory.headroom_bytes
@@ -417,6 +425,7 @@ class SimEngineCore:
             memory.transient_prefill_bytes_per_token * num_seqs * per_seq
             + memory.transient_bytes_per_seq * num_seqs
         )
+        self.peak_transient_bytes = max(self.peak_transient_bytes, transient)
         if num_seqs * per_seq > memory.max_num_batched_tokens or transient > memory.headroom_bytes:
             return None
         steps = max_steps
