@@ -53,3 +53,20 @@ def test_another_load_is_another_replay(plan: WorkloadPlan) -> None:
     predict(pool(10.0), plan, LoadSpec(), shared=shared)
     predict(pool(6.0), plan, LoadSpec(mode="sessions", concurrency=2), shared=shared)
     assert shared.hits == 0
+
+
+def test_seats_it_never_filled_take_its_answer_and_fewer_do_not(plan: WorkloadPlan) -> None:
+    shared = SharedRuns()
+    predict(pool(10.0), plan, LoadSpec(), shared=shared)  # max_num_seqs 8: 4 sessions fit
+    more = pool(6.0).model_copy(update={"max_num_seqs": 16})
+    got = predict(more, plan, LoadSpec(), shared=shared)
+    assert shared.hits == 1
+    assert got.model_dump() == alone(more, plan).model_dump()
+    fewer = pool(6.0).model_copy(update={"max_num_seqs": 1})
+    got = predict(fewer, plan, LoadSpec(), shared=shared)
+    assert shared.hits == 1  # 1 seat: a session waits where 8 let it in
+    assert got.model_dump() == alone(fewer, plan).model_dump()
+    assert (
+        got.stats.output_throughput_tok_s
+        != predict(more, plan, LoadSpec()).stats.output_throughput_tok_s
+    )
