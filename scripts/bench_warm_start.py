@@ -12,6 +12,10 @@ is the warm start the run's "warm start: ... in N s" line reports. Rows:
   resume or ``autotune worker`` on another host)
 - resumed run, first trial: a real ``autotune run`` of the quick start resumed with the
   disk cache off, seconds from its start to its first trial's start line
+- what-if h200-141g, baseline / ours: ``compare --what-if h200-141g`` of the quick start's
+  study (results/what_if.py): its space with max-model-len as the run sized it and the KV
+  range scaled to the H200, pre-screened by the H200's memory model and predicted over
+  the quick start's workload (``build_guide`` with no budget and no prediction cache)
 
 Then both trees run the quick start's 20 trials (``--seed 1``) with every trial measured
 as the simulator predicts it (no wall clock, so no jitter between the runs): the trials
@@ -21,7 +25,7 @@ Seconds are wall time, CPU seconds those of the process and its worker processes
 cold rows' predictions and seeds are compared: they must be identical. The machine's
 load average is printed before and after (a shared machine: compare the ratio).
 
-    python scripts/bench_warm_start.py [--jobs N] [--baseline-ref 6e1cab5] [--no-decisions] [--json]
+    python scripts/bench_warm_start.py [--jobs N] [--baseline-ref 96f0781] [--no-decisions] [--json]
 """
 
 from __future__ import annotations
@@ -138,6 +142,65 @@ def measure(mode: str, scratch: Path, jobs: int | None) -> dict[str, Any]:
     }
 
 
+def measure_what_if(scratch: Path, jobs: int | None, gpu: str = "h200-141g") -> dict[str, Any]:
+    """The quick start's space tuned for ``gpu`` as ``compare --what-if`` does, predicted
+    whole (no budget, no prediction cache): seconds and CPU seconds of ``build_guide``."""
+    from autotune.trial.prescreen import make_prescreen
+    from autotune.tuner.guide import build_guide
+    from autotune.tuner.kv_bounds import largest_kv_pool_bytes, shaped
+    from autotune.tuner.predictor import SimOracle
+
+    RunOptions, prepare_study = _run_setup()
+    if jobs is not None:
+        import autotune.tuner.forked as forked
+
+        forked.MAX_WORKERS = jobs
+    options = RunOptions(
+        objective="throughput",
+        workload=WORKLOAD,
+        engine="sim",
+        hardware="rtx4080s-32g",
+        model="qwen3.6-27b-awq",
+        trials=20,
+        slos=["ttft_p95<=20s"],
+        storage=f"sqlite:///{scratch / 'what-if.db'}",
+    )
+    spec = prepare_study(options)  # the study's space: max-model-len as the run sized it
+    plan = spec.oracle.plan
+    longest = max((request.prompt_tokens for request in plan.requests), default=0)
+    prescreen = make_prescreen(hardware=gpu, sim_model="qwen3.6-27b-awq", max_prompt_tokens=longest)
+    space, version = spec.space, spec.engine.version()
+    largest = largest_kv_pool_bytes(
+        space, model=spec.model, engine_version=version, prescreen=prescreen
+    )
+    if largest is not None:
+        space = shaped(space, largest)
+    oracle = SimOracle(
+        hardware=gpu, sim_model="qwen3.6-27b-awq", plan=plan, load=spec.oracle.load,
+        goal=spec.oracle.goal,
+    )  # fmt: skip
+    started = time.monotonic()
+    guide = build_guide(
+        space, model=spec.model, engine_version=version, prescreen=prescreen, oracle=oracle,
+        maximize=True, budget_s=None,
+    )  # fmt: skip
+    seconds = time.monotonic() - started
+    usage = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    scores = {
+        c.key: None if s is None else [s.values, s.constraints, s.outcome]
+        for c, s in zip(guide.candidates, guide.scores or [], strict=True)
+    }
+    return {
+        "mode": "what-if",
+        "seconds": seconds,
+        "cpu_s": sum(u.ru_utime + u.ru_stime for u in usage),
+        "configs": len(guide.candidates),
+        "predicted": len(guide.candidates) - int(guide.unpredicted.sum()),
+        "cached": 0,
+        "scores": scores,
+    }
+
+
 def predicted_measure(spec: Any, config: Any, log_path: Path, on_progress: Any = None) -> Any:
     """A trial measured as the simulator predicts it (noise 0, no wall clock): the same
     measurements for both trees, so their decisions can be compared trial by trial."""
@@ -243,7 +306,7 @@ def resumed_run_first_trial_s(scratch: Path, cache: Path) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, help="worker processes (default: as autotune run)")
-    parser.add_argument("--baseline-ref", default="6e1cab5")
+    parser.add_argument("--baseline-ref", default="96f0781")
     parser.add_argument("--json", action="store_true")
     parser.add_argument(
         "--no-decisions",
@@ -257,6 +320,9 @@ def main() -> None:
     if args.child == "decisions":
         print(json.dumps(decisions(args.scratch)))
         return
+    if args.child == "what-if":
+        print(json.dumps(measure_what_if(args.scratch, args.jobs)))
+        return
     if args.child:
         print(json.dumps(measure(args.child, args.scratch, args.jobs)))
         return
@@ -269,6 +335,12 @@ def main() -> None:
         rows = [child("baseline", root / "base", args.jobs, base)]
         for mode in ("cold", "warm", "resume"):
             rows.append(child(mode, root / "ours", args.jobs, None))
+        for name in ("base-what-if", "ours-what-if"):
+            (root / name).mkdir()
+        what_if = [
+            child("what-if", root / "base-what-if", args.jobs, base),
+            child("what-if", root / "ours-what-if", args.jobs, None),
+        ]
         cache = root / "ours" / "predictions.sqlite"  # what the cold row left
         first_trial_s = resumed_run_first_trial_s(root / "ours", cache)
         same_decisions = None
@@ -284,6 +356,9 @@ def main() -> None:
     same_seeds = baseline["seeds"] == cold["seeds"]
     figures = {
         "rows": [{k: v for k, v in row.items() if k != "scores"} for row in rows],
+        "what_if": [{k: v for k, v in row.items() if k != "scores"} for row in what_if],
+        "what_if_identical_predictions": what_if[0]["scores"] == what_if[1]["scores"],
+        "what_if_ratio": what_if[0]["seconds"] / what_if[1]["seconds"],
         "resumed_run_first_trial_s": first_trial_s,
         "identical_predictions": same_scores,
         "identical_seeds": same_seeds,
@@ -326,12 +401,20 @@ def print_table(figures: dict[str, Any], ref: str) -> None:
         "resumed autotune run, to its first trial", "", "", "",
         f"{figures['resumed_run_first_trial_s']:.1f}", "", "",
     )  # fmt: skip
+    base_what_if = figures["what_if"][0]
+    for name, row in zip(("baseline", "ours"), figures["what_if"], strict=True):
+        table.add_row(
+            f"what-if h200-141g, {name}", f"{row['configs']:,}", f"{row['predicted']:,}", "",
+            f"{row['seconds']:.1f}", f"{row['cpu_s']:.1f}",
+            f"{base_what_if['seconds'] / row['seconds']:.2f}x",
+        )  # fmt: skip
     console = Console()
     console.print(table)
     console.print(
         f"CPU ratio, cold: {base_cpu / rows[1]['cpu_s']:.2f}x; identical predictions: "
         f"{figures['identical_predictions']}, identical seeds: {figures['identical_seeds']}, "
         f"identical trials (measured as predicted, --seed 1): {figures['identical_decisions']}; "
+        f"identical what-if predictions: {figures['what_if_identical_predictions']}; "
         f"{figures['cpus']} CPUs, --jobs {figures['jobs'] or 'default'}; load average "
         + " / ".join(f"{x:.1f}" for x in figures["load_before"])
         + " before, "

@@ -77,9 +77,20 @@ class KvCacheManager:
         self._state_blocks = memory.state_blocks_per_request
         self._total_blocks = max(memory.num_gpu_blocks - 1, 0)  # one null block
         self._private_blocks = 0
+        # The most blocks any capacity check asked for (in use + needed): a pool at least
+        # this large takes every decision this one took, so their schedules are the same.
+        self.peak_demand_blocks = 0
         self.caching = memory.enable_prefix_caching
         self._cache = PrefixCache()
         self._host = HostPrefixStore() if lmcache else None
+
+    @property
+    def total_blocks(self) -> int:
+        return self._total_blocks
+
+    def _demand(self, in_use_blocks: int, needed_blocks: int) -> None:
+        if in_use_blocks + needed_blocks > self.peak_demand_blocks:
+            self.peak_demand_blocks = in_use_blocks + needed_blocks
 
     @property
     def has_host_store(self) -> bool:
@@ -101,7 +112,9 @@ class KvCacheManager:
 
     # ---------------------------------------------------------------- blocks
     def _allocate(self, num_blocks: int) -> bool:
-        free = self._total_blocks - self.used_blocks()
+        used = self.used_blocks()
+        self._demand(used, num_blocks)
+        free = self._total_blocks - used
         if free < num_blocks:
             shortfall = math.ceil((num_blocks - free) / self._entry_blocks)
             if self._cache.num_evictable < shortfall:
@@ -133,7 +146,9 @@ class KvCacheManager:
         """Whether ``grow(state, num_tokens)`` would succeed (evicting if it must); changes
         nothing."""
         needed = self._growth(state, num_tokens)
-        free = self._total_blocks - self.used_blocks()
+        used = self.used_blocks()
+        self._demand(used, needed)
+        free = self._total_blocks - used
         if needed <= free:
             return True
         return self._cache.num_evictable >= math.ceil((needed - free) / self._entry_blocks)
@@ -196,13 +211,16 @@ class KvCacheManager:
         """The most decode steps (<= ``steps``) whose new blocks fit in the free pool."""
         computed = np.fromiter((s.num_computed for s in running), np.int64, len(running))
         positions = np.fromiter((s.num_positions for s in running), np.int64, len(running))
-        free = self._total_blocks - self.used_blocks()
+        used = self.used_blocks()
+        free = self._total_blocks - used
 
         def needed(count: int) -> int:
             grown = -(-(computed + count) // self.block_size) - positions
             return int(grown.clip(min=0).sum()) * self._groups
 
-        if needed(steps) <= free:
+        needed_blocks = needed(steps)
+        self._demand(used, needed_blocks)
+        if needed_blocks <= free:
             return steps
         low, high = 0, steps  # needed(low) fits, needed(high) does not
         while high - low > 1:
@@ -219,7 +237,9 @@ class KvCacheManager:
         for state in running:
             positions = -(-(state.num_computed + num_tokens) // self.block_size)
             needed += max(0, positions - state.num_positions) * self._groups
-        return needed <= self._total_blocks - self.used_blocks()
+        used = self.used_blocks()
+        self._demand(used, needed)
+        return needed <= self._total_blocks - used
 
     def decode_steps_that_fit(
         self, running: Sequence[RequestState], before: Sequence[Sequence[int]], num_tokens: int
@@ -228,12 +248,14 @@ class KvCacheManager:
         more without evicting (``before``: each request's context before each step), as
         ``fits_decode`` then ``grow`` step after step decide."""
         block_size = self.block_size
-        free = (self._total_blocks - self.used_blocks()) // self._groups  # in positions
+        used = self.used_blocks()
+        free = (self._total_blocks - used) // self._groups  # in positions
         held = [state.num_positions for state in running]
         last = sum(
             max(0, -(-(tokens[-1] + num_tokens) // block_size) - positions)
             for tokens, positions in zip(before, held, strict=True)
         )
+        self._demand(used, last * self._groups)
         if last <= free:  # the blocks only grow: if the last step fits, every step does
             return len(before[0]) if before else 0
         grown = 0

@@ -128,6 +128,12 @@ class SimEngineCore:
         self._running: list[RequestState] = []
         self._by_id: dict[str, RequestState] = {}
         self._dead: str | None = None
+        # The largest run-time transient any OOM check weighed (bytes): with at least this
+        # much headroom, every check passes as here (autotune/sim/virtual/shared_runs.py).
+        self.peak_transient_bytes = 0.0
+        # The most seats a waiting request asked for (running + 1): with max_num_seqs at
+        # least this, every admission's seat check passes as here.
+        self.peak_seats = 0
 
     # ----------------------------------------------------------------- requests
     def check_prompt(self, num_prompt: int) -> None:
@@ -170,6 +176,14 @@ class SimEngineCore:
             self._waiting.remove(state)
         self._kv.free(state)
         self._update_gauges()
+
+    @property
+    def kv_pool(self) -> KvCacheManager:
+        return self._kv
+
+    @property
+    def time_model(self) -> StepTimeModel:
+        return self._time_model
 
     def has_unfinished(self) -> bool:
         return bool(self._by_id)
@@ -242,12 +256,7 @@ class SimEngineCore:
             scheduled.append(_Scheduled(state, num_new, drafts))
             budget -= num_new
             index += 1
-        while (
-            self._waiting
-            and budget > 0
-            and not preempted
-            and len(self._running) < self.memory.max_num_seqs
-        ):
+        while self._waiting and budget > 0 and not preempted and self._seat_free():
             state = self._waiting[0]
             local, external = self._kv.lookup(state)
             computed = (local + external) * self._kv.unit_tokens
@@ -263,6 +272,13 @@ class SimEngineCore:
             scheduled.append(_Scheduled(state, num_new, 0, external * self._kv.unit_tokens))
             budget -= num_new
         return scheduled
+
+    def _seat_free(self) -> bool:
+        """Whether a waiting request has a seat (fewer than max_num_seqs running)."""
+        seats = len(self._running) + 1
+        if seats > self.peak_seats:
+            self.peak_seats = seats
+        return seats <= self.memory.max_num_seqs
 
     def _accepted_drafts(self, state: RequestState, num_drafts: int) -> int:
         """The leading drafts accepted, by the draws of the positions they would fill."""
@@ -299,6 +315,7 @@ class SimEngineCore:
             self.memory.transient_prefill_bytes_per_token * shape.num_tokens
             + self.memory.transient_bytes_per_seq * shape.num_seqs
         )
+        self.peak_transient_bytes = max(self.peak_transient_bytes, transient)
         if transient > self.memory.headroom_bytes:
             self._dead = torch_oom_text(
                 transient, get_gpu(self.config.hardware), self.memory.headroom_bytes
@@ -405,7 +422,7 @@ class SimEngineCore:
         running = self._running
         if self._dead is not None or not running or self.clock_s >= until_s:
             return None
-        waiting = bool(self._waiting) and len(running) < self.memory.max_num_seqs
+        waiting = bool(self._waiting) and self._seat_free()
         if waiting:
             if blocked_until_s is None or self.clock_s >= blocked_until_s:
                 return None
@@ -417,6 +434,7 @@ class SimEngineCore:
             memory.transient_prefill_bytes_per_token * num_seqs * per_seq
             + memory.transient_bytes_per_seq * num_seqs
         )
+        self.peak_transient_bytes = max(self.peak_transient_bytes, transient)
         if num_seqs * per_seq > memory.max_num_batched_tokens or transient > memory.headroom_bytes:
             return None
         steps = max_steps
@@ -540,15 +558,17 @@ class SimEngineCore:
         acceptance = self._acceptance[: self._num_spec]
         uniforms = self._uniforms(state, steps * (1 + self._num_spec) - 1)
         position = state.num_output
-        accepted = []
+        accepted: list[int] = []
+        append = accepted.append
         for _ in range(steps):
+            first = position + 1  # the draw of the step's first draft
             count = 0
-            for depth, probability in enumerate(acceptance, start=1):
-                if uniforms[position + depth] >= probability:
+            for probability in acceptance:
+                if uniforms[first + count] >= probability:
                     break
                 count += 1
-            accepted.append(count)
-            position += 1 + count
+            append(count)
+            position = first + count
         return accepted
 
     def _steps_before(

@@ -113,6 +113,7 @@ class RooflineTimeModel:
         self._peak_flops = gpu.fp8_flops if model.weight_format == "fp8" else gpu.bf16_flops
         self._weight_stream_bytes = model.weights_bytes - model.embedding_bytes
         self._capture_sizes = list(memory.cudagraph_capture_sizes)
+        self.token_counts: set[int] = set()  # every step's token count, before padding
         self._eager_overhead_s = constants.eager_overhead_per_layer_s * model.num_layers
         self._enforce_eager = enforce_eager
         # Attention FLOPs per query-key pair: QK^T and PV, 2 FLOPs per multiply-add.
@@ -134,6 +135,7 @@ class RooflineTimeModel:
     def _padded_tokens(self, num_tokens: int, has_prefill: bool) -> tuple[int, float]:
         """Tokens actually computed (CUDA-graph padding) and the launch overhead."""
         constants = self._constants
+        self.token_counts.add(num_tokens)
         eager_s = constants.step_overhead_s + self._eager_overhead_s
         if self._enforce_eager or not self._capture_sizes:
             return num_tokens, eager_s

@@ -30,6 +30,7 @@ from autotune.sim.model.scheduler import (
 from autotune.sim.model.speed_constants import SpeedConstants
 from autotune.sim.model.units import GIB
 from autotune.sim.virtual.replay import VirtualReplay
+from autotune.sim.virtual.shared_runs import SharedRuns, run_key
 from autotune.vocabulary import Failure, FailureClass, ServerStats, StartupReport
 from autotune.workload.plan import WorkloadPlan
 
@@ -82,6 +83,12 @@ def catalog_acceptance(model: str, plan: WorkloadPlan) -> tuple[float, ...]:
     kind = workload_kind(plan)
     found = entry.mtp_acceptance_by_kind.get(kind) if kind else None
     return tuple(found if found is not None else entry.default_mtp_acceptance)
+
+
+@functools.cache
+def process_shared_runs() -> SharedRuns:
+    """This process's replays kept for other pool sizes (``shared_runs.py``)."""
+    return SharedRuns()
 
 
 @functools.lru_cache(maxsize=PLAN_RENDERERS)
@@ -160,6 +167,7 @@ def predict(
     noise: float = 0.0,
     renderer: PromptRenderer | None = None,
     calibration: CalibrationProfile | None = None,
+    shared: SharedRuns | None = None,
 ) -> Prediction:
     """Predict what replaying ``plan`` under ``load`` against ``config`` would measure.
 
@@ -167,16 +175,15 @@ def predict(
     last few plans), so repeated predictions of a plan (a study, a sweep)
     tokenize its prompts once. ``calibration``: a profile whose speed constants
     replace the defaults (its expected error is reported); InputError if it was
-    fitted for another GPU or model. Raises InputError for a configuration the
+    fitted for another GPU or model. ``shared``: replays kept for other KV pool sizes
+    (by default this process's): a kept replay that this config's pool would not have
+    bounded answers it without a replay. Raises InputError for a configuration the
     simulated vLLM rejects outright.
     """
     constants, expected_error = profile_constants(calibration, config)
+    acceptance = _acceptance(config, constants, plan)
     engine = SimEngineCore(
-        config,
-        seed=seed,
-        noise=noise,
-        constants=constants,
-        mtp_acceptance=_acceptance(config, constants, plan),
+        config, seed=seed, noise=noise, constants=constants, mtp_acceptance=acceptance
     )
     memory = engine.memory
     if not memory.fits:
@@ -194,8 +201,27 @@ def predict(
             failure=failure,
             expected_error=expected_error,
         )
-    if renderer is None:
-        renderer = _plan_renderer((plan.name, plan.digest, plan.token_space, len(plan.requests)))
+    plan_key = (plan.name, plan.digest, plan.token_space, len(plan.requests))
+    shared = process_shared_runs() if shared is None else shared
+    key = run_key(engine, (plan_key, load, slo, seed, noise, acceptance, expected_error))
+    found = shared.find(key, engine, startup_report(memory))
+    if found is not None:
+        return found
+    prediction = _replay(engine, plan, load, slo, renderer or _plan_renderer(plan_key))
+    prediction.expected_error = expected_error
+    shared.keep(key, engine, prediction)
+    return prediction
+
+
+def _replay(
+    engine: SimEngineCore,
+    plan: WorkloadPlan,
+    load: LoadSpec,
+    slo: RequestSlo | None,
+    renderer: PromptRenderer,
+) -> Prediction:
+    """The replay itself: ``plan`` under ``load`` through ``engine``."""
+    memory = engine.memory
     replay = VirtualReplay(engine, plan, load, renderer)
     oom = replay.run()
     if oom is not None:
@@ -211,7 +237,6 @@ def predict(
                 log_excerpt=oom,
                 seconds=engine.clock_s,
             ),
-            expected_error=expected_error,
         )
     records = sorted(replay.records, key=lambda record: record.send_s)
     stats = compute_stats(
@@ -228,6 +253,5 @@ def predict(
         memory=memory,
         startup=startup_report(memory),
         failure=None,
-        expected_error=expected_error,
         progress=replay.progress,
     )
