@@ -40,8 +40,8 @@ from autotune.defaults import (
 )
 from autotune.engines import kill_all_servers
 from autotune.errors import InputError
-from autotune.results.compare import study_plan
 from autotune.results.reader import LoadedStudy, TrialRow, load_study, study_names
+from autotune.results.study_inputs import study_plan
 from autotune.study import StudySpec, completed_count, completed_trials, run_log_path, run_study
 from autotune.study.setup import RunOptions, prepare_study
 from autotune.study.verdict import stored_verdict

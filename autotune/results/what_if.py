@@ -17,13 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from autotune.catalog.models import get_model
 from autotune.config.space import FloatParam, SearchSpace, load_space
 from autotune.config.trial_config import TrialConfig
 from autotune.errors import InputError
 from autotune.replay.load import LoadSpec
 from autotune.results.reader import LoadedStudy
 from autotune.sim.model.calibration_profile import CalibrationProfile
-from autotune.sim.model.models import get_model
 from autotune.sim.model.prompt import PromptRenderer
 from autotune.sim.virtual.predict import Prediction
 from autotune.trial.objective import Goal, ObjectiveName, parse_slos

@@ -14,6 +14,7 @@ import functools
 
 from pydantic import BaseModel
 
+from autotune.catalog.models import get_model
 from autotune.replay.load import LoadSpec, RequestSlo
 from autotune.replay.load_policy import Progress
 from autotune.replay.records import ReplayStats, RequestRecord
@@ -21,7 +22,6 @@ from autotune.replay.stats import compute_stats
 from autotune.sim.model.calibration_profile import CalibrationProfile, profile_constants
 from autotune.sim.model.config import SimConfig
 from autotune.sim.model.memory import MemoryReport
-from autotune.sim.model.models import get_model
 from autotune.sim.model.prompt import PromptRenderer
 from autotune.sim.model.scheduler import (
     EngineCounters,
