@@ -105,6 +105,7 @@ LAYERS = [
     ("tuner",),
     ("results",),
     ("calibration",),
+    ("fleet",),
     ("study",),
     ("cli",),
 ]

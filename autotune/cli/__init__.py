@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from autotune import __version__
-from autotune.cli import record, replay, results, run, sim, trial, worker, workload
+from autotune.cli import plan, record, replay, results, run, sim, trial, worker, workload
 from autotune.engines.sim import SIM_ENGINE_VERSION
 
 app = typer.Typer(
@@ -48,6 +48,7 @@ results.register(app)  # export, compare, report, explain
 replay.register(app)  # replay
 record.register(app)  # record
 worker.register(app)  # worker
+plan.register(app)  # plan
 app.add_typer(sim.app, name="sim")
 app.add_typer(workload.app, name="workload")
 
