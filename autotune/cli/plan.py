@@ -278,6 +278,7 @@ def plan_record(ranked: list[Candidate], load: LoadSpec, slos: list[str], model:
                 "binding": candidate.binding,
                 "calibrated": candidate.calibrated,
                 "argv": candidate.config.vllm_args() if candidate.config else None,
+                "config": candidate.config.model_dump() if candidate.config else None,
             }
         )
     return {"model": model, "load": load.model_dump(), "slos": slos, "candidates": rows}

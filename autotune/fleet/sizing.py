@@ -40,12 +40,24 @@ class FleetPrediction:
     def meets(self) -> bool:
         return self.failure is None and all(margin <= 0 for margin in self.margins.values())
 
+    def summary(self) -> str:
+        """``meets the limits (nearest slo:ttft_p95 -35%)`` or ``slo:ttft_p95 +80%``."""
+        if self.failure is not None:
+            return self.failure
+        key = self.binding
+        if self.meets:
+            return f"meets the limits (nearest {key} {self.margins[key]:+.0%})"
+        return f"misses {key} by {self.margins[key]:+.0%}"
+
     @property
     def binding(self) -> str:
         """The limit nearest to breaking (or broken the most): ``slo:ttft_p95``, ..."""
         if self.failure is not None:
             return self.failure
-        return max(self.margins, key=lambda key: self.margins[key])
+        slos = [key for key in self.margins if key.startswith("slo:")]
+        if self.margins.get("error_rate", 0.0) > 0 or not slos:
+            slos.append("error_rate")
+        return max(slos, key=lambda key: self.margins[key])
 
 
 @dataclass
@@ -110,7 +122,7 @@ def fewest_replicas(
     while True:
         tried = fleet.predict(high, load)
         if say is not None:
-            say(f"  {high} replica(s): {'meets the SLOs' if tried.meets else tried.binding}")
+            say(f"  {high} replica(s): {tried.summary()}")
         if tried.meets:
             break
         if high >= most:
