@@ -78,19 +78,32 @@ def _study_profile(storage: str, name: str, sim_model: str) -> CalibrationProfil
     )
 
 
+def calibration_errors(profile: CalibrationProfile) -> tuple[float, float] | None:
+    """The median absolute throughput error over the profile's measured points: before
+    and after the calibration (None: no point to compare)."""
+    pairs = [
+        (
+            abs(p.uncalibrated_tok_s / p.measured_tok_s - 1),
+            abs(p.calibrated_tok_s / p.measured_tok_s - 1),
+        )
+        for p in profile.points
+        if p.uncalibrated_tok_s and p.calibrated_tok_s and p.measured_tok_s
+    ]
+    if not pairs:
+        return None
+    before, after = (sorted(side)[len(side) // 2] for side in zip(*pairs, strict=True))
+    return before, after
+
+
 def calibration_note(profile: CalibrationProfile) -> str:
     """How far the calibration moved the predictions toward the measurements."""
-    raw = [
-        p.uncalibrated_tok_s / p.measured_tok_s - 1 for p in profile.points if p.uncalibrated_tok_s
-    ]
-    fit = [p.calibrated_tok_s / p.measured_tok_s - 1 for p in profile.points if p.calibrated_tok_s]
-    if not raw or not fit:
-        return f"calibration {profile.source}: no point to compare"
-    before = sorted(abs(e) for e in raw)[len(raw) // 2]
-    after = sorted(abs(e) for e in fit)[len(fit) // 2]
+    errors = calibration_errors(profile)
+    if errors is None:
+        return f"calibration {profile.name}: no measured point to compare"
     return (
-        f"calibrated on {profile.hardware} ({profile.source}, {len(profile.points)} measured "
-        f"points): median throughput error {before:.1%} uncalibrated -> {after:.1%} calibrated"
+        f"calibrated on {profile.hardware} ({profile.name}, {len(profile.points)} measured "
+        f"points): median throughput error {errors[0]:.1%} uncalibrated -> {errors[1]:.1%} "
+        "calibrated"
     )
 
 
@@ -235,7 +248,11 @@ def plan(
         say(note)
     out.mkdir(parents=True, exist_ok=True)
     (out / "plan.html").write_text(plan_html(ranked, title, notes))
-    (out / "plan.json").write_text(json.dumps(plan_record(ranked, load, slo, model), indent=2))
+    record = plan_record(ranked, load, slo, model)
+    errors = calibration_errors(profile) if profile is not None else None
+    if errors is not None:
+        record["calibration"] = {"uncalibrated_error": errors[0], "calibrated_error": errors[1]}
+    (out / "plan.json").write_text(json.dumps(record, indent=2))
     winner = ranked[0]
     if winner.replicas is None or winner.config is None:
         say(f"no GPU kind meets the limits at this load; wrote {out / 'plan.html'}")
