@@ -24,6 +24,7 @@ from autotune.fleet.routing import describe
 from autotune.replay.load import LoadSpec
 from autotune.sim.model.calibration_profile import CalibrationProfile, load_profile
 from autotune.trial.objective import Goal, ObjectiveName, parse_slos
+from autotune.tuner.prediction_cache import default_cache_path
 from autotune.workload.expand import load_plan
 from autotune.workload.plan import WorkloadPlan
 
@@ -224,6 +225,7 @@ def plan(
         engine_version=VLLM_FLAGS_VERSION,
         max_predictions=predictions,
         calibration=profile,
+        cache_path=default_cache_path(storage),
     )
     out_console = console()
     say = out_console.print
@@ -232,7 +234,8 @@ def plan(
         usd = price_for(prices, name)
         if usd is None:
             raise InputError(f"--gpu {name}: no price; give --price {name}=USD_PER_HOUR")
-        candidates.append(plan_gpu(inputs, name, usd, say))
+        others = [c.config for c in candidates if c.config is not None]
+        candidates.append(plan_gpu(inputs, name, usd, say, others=others))
     ranked = rank(candidates)
     limits = ", ".join(limit.text for limit in goal.slos)
     title = f"{sim_name}: {workload_plan.name} at {describe(load)}, {limits}"

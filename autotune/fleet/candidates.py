@@ -2,16 +2,20 @@
 
 Per GPU kind: the space is tuned for the card at one replica's share of the target load
 (``results/what_if.py``'s ``tune_space``: the KV range scaled to the card, a sample of
-the lattice predicted), the fewest replicas found for that config (``sizing.py``), and,
-when that is more than one, the space tuned again at the share of the replicas found and
-sized again (the lighter load per replica can favour another config); the smaller fleet
-is kept, the higher throughput on a tie. Then its headroom, cost and the limit that binds.
+the lattice predicted, the warm start's prediction cache read and filled), and the
+fewest replicas found for that config (``sizing.py``). While that is R > 1 (at most
+``MAX_TUNINGS`` tunings), the space is tuned again at the share of R - 1 replicas, the
+config that meets the SLOs under that heavier share if any, and sized again; the configs
+that won on the GPU kinds planned before are tried too (a tuning predicts only a sample
+of the space). The smallest fleet is kept, the higher throughput on a tie. Then its
+headroom, its cost and the limit that sets its replica count.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from autotune.catalog.prices import SECONDS_PER_HOUR
 from autotune.config.space import SearchSpace
@@ -20,12 +24,13 @@ from autotune.errors import InputError
 from autotune.fleet.routing import split_load, split_plan
 from autotune.fleet.sizing import FleetModel, FleetPrediction, fewest_replicas, headroom
 from autotune.replay.load import LoadSpec
-from autotune.results.what_if import NoConfigStarts, tune_space
+from autotune.results.what_if import tune_space
 from autotune.sim.model.calibration_profile import CalibrationProfile
 from autotune.trial.objective import Goal
 from autotune.workload.plan import WorkloadPlan
 
 TOKENS_PER_MILLION = 1_000_000
+MAX_TUNINGS = 3  # per GPU kind
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,7 @@ class PlanInputs:
     engine_version: str
     max_predictions: int  # per tuning: a sample of the lattice
     calibration: CalibrationProfile | None = None
+    cache_path: Path | None = None  # the disk prediction cache (None: none)
 
 
 @dataclass(frozen=True)
@@ -104,6 +110,7 @@ def _tuned(inputs: PlanInputs, gpu: str, replicas: int, say: Callable[[str], Non
         load=share_load,
         calibration=applying(inputs.calibration, gpu, inputs.sim_model),
         max_predictions=inputs.max_predictions,
+        cache_path=inputs.cache_path,
     )
     return tuned.config
 
@@ -132,18 +139,23 @@ def _binding(model: FleetModel, fleet: FleetPrediction, load: LoadSpec) -> str:
 
 
 def plan_gpu(
-    inputs: PlanInputs, gpu: str, usd_per_gpu_hour: float, say: Callable[[str], None]
+    inputs: PlanInputs,
+    gpu: str,
+    usd_per_gpu_hour: float,
+    say: Callable[[str], None],
+    *,
+    others: Sequence[TrialConfig] = (),
 ) -> Candidate:
-    """The cheapest fleet of ``gpu`` (module docstring)."""
+    """The cheapest fleet of ``gpu`` (module docstring); ``others``: configs that won on
+    other GPU kinds, kept when one needs fewer replicas here (a tuning samples the space)."""
     calibration = applying(inputs.calibration, gpu, inputs.sim_model)
     best: tuple[FleetModel, FleetPrediction] | None = None
-    replicas = 1
-    for _ in range(2):
+    replicas, tuned_for = 1, set()
+    while replicas not in tuned_for and len(tuned_for) < MAX_TUNINGS:
+        tuned_for.add(replicas)
         try:
             config = _tuned(inputs, gpu, replicas, say)
-        except NoConfigStarts as exc:
-            return Candidate(gpu, 1, usd_per_gpu_hour, None, None, None, str(exc))
-        except InputError as exc:
+        except InputError as exc:  # NoConfigStarts too: nothing starts on the card
             return Candidate(gpu, 1, usd_per_gpu_hour, None, None, None, str(exc))
         model = FleetModel(
             config, gpu, inputs.sim_model, inputs.plan, inputs.goal, calibration=calibration
@@ -152,9 +164,20 @@ def plan_gpu(
         if _better(best[1] if best else None, fleet):
             assert fleet is not None
             best = (model, fleet)
-        if fleet is None or fleet.replicas == replicas:
+        if best is None or best[1].replicas == 1:
             break
-        replicas = fleet.replicas
+        replicas = best[1].replicas - 1  # a config that meets the SLOs with one fewer?
+    for config in others:
+        if best is None or best[1].replicas == 1:
+            break
+        model = FleetModel(
+            config, gpu, inputs.sim_model, inputs.plan, inputs.goal, calibration=calibration
+        )
+        if model.predict(best[1].replicas - 1, inputs.load).meets:
+            say(f"{gpu}: the config that won on another GPU kind needs fewer replicas here")
+            fleet = fewest_replicas(model, inputs.load)
+            assert fleet is not None
+            best = (model, fleet)
     if best is None:
         return Candidate(
             gpu, 1, usd_per_gpu_hour, None, None, None,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from autotune.catalog.models import get_model
@@ -29,8 +30,9 @@ from autotune.sim.virtual.predict import Prediction
 from autotune.trial.objective import Goal, ObjectiveName, parse_slos
 from autotune.trial.preflight import MAX_MODEL_LEN_FLAG, Target, preflight
 from autotune.trial.prescreen import make_prescreen
-from autotune.tuner.guide import PredictionCache, build_guide
+from autotune.tuner.guide import build_guide
 from autotune.tuner.kv_bounds import KV_FLAG, largest_kv_pool_bytes, shaped
+from autotune.tuner.prediction_cache import CachedPredictions
 from autotune.tuner.predictor import SimOracle
 from autotune.workload.plan import WorkloadPlan
 
@@ -184,12 +186,13 @@ def tune_space(
     load: LoadSpec,
     calibration: CalibrationProfile | None = None,
     max_predictions: int | None = None,
-    cache: PredictionCache | None = None,
+    cache_path: Path | None = None,
     say: Callable[[str], None] | None = None,
 ) -> TunedForGpu:
     """``space`` tuned for catalog GPU ``gpu`` on the simulator: its KV range scaled to the
     card, its lattice predicted over ``plan`` at ``load`` (at most ``max_predictions``, a
-    sample of it), the best predicted config that meets ``goal`` (else the nearest)."""
+    sample of it), the best predicted config that meets ``goal`` (else the nearest).
+    ``cache_path``: the disk prediction cache to read and fill (``tuner/prediction_cache.py``)."""
     if MAX_MODEL_LEN_FLAG not in space.fixed:  # the study did not say: size it as run does
         sized = _sized_max_model_len(space, plan, gpu=gpu, sim_model=sim_model, goal=goal)
         space = _fixed(space, MAX_MODEL_LEN_FLAG, sized)
@@ -203,18 +206,23 @@ def tune_space(
     oracle = SimOracle(
         hardware=gpu, sim_model=sim_model, plan=plan, load=load, goal=goal, calibration=calibration
     )
-    guide = build_guide(
-        space,
-        model=model,
-        engine_version=engine_version,
-        prescreen=prescreen,
-        oracle=oracle,
-        maximize=maximize,
-        cache=cache,
-        budget_s=WARM_START_BUDGET_S,
-        max_predictions=max_predictions,
-        say=say,
-    )
+    cache = CachedPredictions(oracle, disk=cache_path) if cache_path is not None else None
+    try:
+        guide = build_guide(
+            space,
+            model=model,
+            engine_version=engine_version,
+            prescreen=prescreen,
+            oracle=oracle,
+            maximize=maximize,
+            cache=cache,
+            budget_s=WARM_START_BUDGET_S,
+            max_predictions=max_predictions,
+            say=say,
+        )
+    finally:
+        if cache is not None:
+            cache.close()
     picked = guide.diverse_top(1)
     if not picked:
         raise NoConfigStarts(

@@ -52,7 +52,7 @@ def planned(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     done = autotune(
         "plan", str(workload), "--model", MODEL, "--gpu", GPU, "--sessions", str(SESSIONS),
         "--slo", f"ttft_p95<={SLO_TTFT_P95_S:g}s", "--predictions", "4",
-        "--out", str(folder / "out"),
+        "--out", str(folder / "out"), "--storage", str(folder / "studies" / "autotune.db"),
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     return workload, json.loads((folder / "out" / "plan.json").read_text())
