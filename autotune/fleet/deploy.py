@@ -105,12 +105,12 @@ def kubernetes_manifests(args: list[str], replicas: int, tp: int, name: str) -> 
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": name, "labels": labels},
+        "metadata": {"name": name, "labels": dict(labels)},
         "spec": {
             "replicas": replicas,
-            "selector": {"matchLabels": labels},
+            "selector": {"matchLabels": dict(labels)},
             "template": {
-                "metadata": {"labels": labels},
+                "metadata": {"labels": dict(labels)},
                 "spec": {
                     "containers": [container],
                     "volumes": [
@@ -127,9 +127,9 @@ def kubernetes_manifests(args: list[str], replicas: int, tp: int, name: str) -> 
     service = {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {"name": name, "labels": labels},
+        "metadata": {"name": name, "labels": dict(labels)},
         "spec": {
-            "selector": labels,
+            "selector": dict(labels),
             "ports": [{"port": PORT, "targetPort": PORT, "name": "http"}],
             "sessionAffinity": "ClientIP",
         },

@@ -29,7 +29,7 @@ def row_cells(rank: int, candidate: Candidate) -> list[str]:
         str(rank) if candidate.replicas is not None else "-",
         candidate.gpu + (" (cal.)" if candidate.calibrated else ""),
         _fmt(candidate.replicas, "d"),
-        "-" if candidate.gpus is None else f"{candidate.gpus} (TP {candidate.tp})",
+        _fmt(candidate.gpus, "d"),
         _fmt(candidate.usd_per_hour, ",.2f"),
         _fmt(candidate.output_tok_s, ",.0f"),
         _fmt(candidate.usd_per_million_tokens, ",.2f"),
@@ -43,7 +43,7 @@ def details(candidate: Candidate) -> list[str]:
     """What sets the replica count, and the config (the lines under the table)."""
     config = flags_summary(dict(candidate.config.flags)) if candidate.config else "-"
     above = f"above {_headroom(candidate)}: {candidate.breaks_on}" if candidate.breaks_on else ""
-    return [candidate.binding + (f"; {above}" if above else ""), config]
+    return [candidate.binding + (f"; {above}" if above else ""), f"TP {candidate.tp}, {config}"]
 
 
 HEADERS = [
