@@ -4,7 +4,8 @@ A fleet of R replicas is predicted as its replicas' replays side by side
 (``routing.py``): each replica's sessions at its share of the load, on the simulator; the
 fleet's figures are those of every replica's requests together, scored against the
 goal as one trial is. The fewest replicas that meet every limit are found by doubling
-then bisection (more replicas never hurt: each gets a subset of the sessions), and the
+then bisection, which assumes more replicas do not hurt (each gets fewer sessions; each
+also warms its own prefix cache, so near the limit they can, a little), and the
 headroom by raising the load on that fleet until a limit breaks.
 """
 

@@ -58,6 +58,7 @@ def test_a_study_on_one_gpu_moves_the_plan_toward_its_measurements(tmp_path: Pat
     said = " ".join(planned.stdout.split())
     moved = MOVED.search(said)
     assert moved is not None, said
+    print(moved[0])
     before, after = float(moved[1]), float(moved[2])
     assert before > 10 and after < before / 2, said
     record = json.loads((tmp_path / "out" / "plan.json").read_text())
