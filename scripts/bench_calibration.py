@@ -41,7 +41,7 @@ from autotune.calibration.fit import (
     predicted,
 )
 from autotune.calibration.points import MeasuredPoint, load_points
-from autotune.sim.model.models import get_model
+from autotune.catalog.models import get_model
 from autotune.sim.model.speed_constants import BOUNDS, DEFAULT_CONSTANTS, SpeedConstants
 
 CARD, QWEN = "rtx4080s-32g", "qwen3.6-27b-awq"

@@ -71,15 +71,15 @@ import numpy as np
 import optuna
 from scipy.stats import binomtest
 
+from autotune.catalog.hardware import get_gpu
+from autotune.catalog.models import get_model
 from autotune.config.space import SEARCH_SPACES_DIR, SearchSpace
 from autotune.config.trial_config import TrialConfig
 from autotune.replay.load import LoadSpec
 from autotune.replay.load_policy import Progress
 from autotune.replay.records import ReplayStats
 from autotune.sim.model.calibration_profile import CalibrationProfile
-from autotune.sim.model.hardware import get_gpu
 from autotune.sim.model.memory import MemoryPerturbation, plan_memory, torch_oom_text
-from autotune.sim.model.models import get_model
 from autotune.sim.model.speed_constants import DEFAULT_CONSTANTS, SpeedConstants
 from autotune.sim.server.flags import parse_serve_args
 from autotune.sim.server.startup import startup_phases

@@ -98,6 +98,7 @@ def test_layering_holds_transitively(package: str, forbidden: str) -> None:
 LAYERS = [
     ("vocabulary",),
     ("errors", "defaults", "http_transport", "redaction"),
+    ("catalog",),
     ("workload",),
     ("replay",),
     ("sim.model",),
@@ -109,6 +110,7 @@ LAYERS = [
     ("tuner",),
     ("results",),
     ("calibration",),
+    ("fleet",),
     ("study",),
     ("cli",),
 ]
@@ -172,3 +174,31 @@ def test_the_workload_modules_import_without_sqlalchemy() -> None:
         cwd=Path(autotune.__file__).parents[1],
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Every module of ours -> the modules of ours it imports (lazy imports in functions too)."""
+    modules = {_source_module(path): path for path in PACKAGE_ROOT.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets = {module for _, module in imported_modules(path)}
+        graph[name] = {target for target in targets if target in modules and target != name}
+    return graph
+
+
+def test_no_two_modules_import_each_other_even_through_others() -> None:
+    """Before: results/compare.py -> explain.py -> load_bound.py -> compare.py (a lazy import
+    in a function hid the circle)."""
+    graph = _module_graph()
+    done: set[str] = set()
+
+    def visit(path: list[str]) -> None:
+        for target in sorted(graph[path[-1]]):
+            assert target not in path, "import circle: " + " -> ".join([*path, target])
+            if target not in done:
+                visit([*path, target])
+        done.add(path[-1])
+
+    for start in sorted(graph):
+        if start not in done:
+            visit([start])

@@ -69,8 +69,9 @@ def test_the_import_example_reads_traces_the_clone_ships(tmp_path: Path) -> None
 
 
 def test_the_readme_is_short_and_points_to_the_tuner_docs() -> None:
-    """Before: 339 lines, most of them about the tuner's internals."""
-    assert len(README.splitlines()) <= 150
+    """Before: 339 lines, most of them about the tuner's internals. (150 until `autotune
+    plan`'s example, which the issue asks the README to show, added 6.)"""
+    assert len(README.splitlines()) <= 156
     assert "docs/tuner.md" in README
     tuner_docs = (REPO / "docs" / "tuner.md").read_text()
     assert "## How the tuner searches" in tuner_docs and "## How the tuner searches" in README

@@ -35,12 +35,12 @@ from scipy.optimize import least_squares
 from scipy.stats import chi2
 
 from autotune.calibration.points import MeasuredPoint
+from autotune.catalog.models import get_model
 from autotune.errors import InputError
 from autotune.replay.load import LoadSpec
 from autotune.sim.model.calibration_profile import CalibrationProfile, FittedPoint
 from autotune.sim.model.config import SimConfig
 from autotune.sim.model.memory import plan_memory
-from autotune.sim.model.models import get_model
 from autotune.sim.model.scheduler import ACCEPTANCE_DECAY
 from autotune.sim.model.speed_constants import (
     ACCEPTANCE_BOUNDS,

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from autotune.calibration.fit import Target
 from autotune.errors import InputError
-from autotune.results.compare import study_plan
 from autotune.results.reader import LoadedStudy
+from autotune.results.study_inputs import study_plan
 from autotune.sim.server.flags import parse_serve_args
 
 

@@ -65,6 +65,10 @@ COMMANDS = {
         "worker",
         "Run trials of a study beside other workers until it has its --trials COMPLETE ones.",
     ),
+    "plan": LazyCommand(
+        "plan",
+        "Plan a fleet: the cheapest GPU kind and replica count that meets the SLOs at a load.",
+    ),
     "sim": LazyCommand("sim", "The built-in vLLM simulator."),
     "workload": LazyCommand("workload", "Workload files: import, inspect, cut, generate."),
 }

@@ -10,6 +10,7 @@ from typing import Annotated
 import optuna
 import typer
 
+from autotune.catalog.prices import parse_prices
 from autotune.cli._common import (
     StorageOption,
     StudyOption,
@@ -122,7 +123,7 @@ def compare(
 ) -> None:
     """One table across studies: best config, throughput, latency, KV tokens, tok/s per $."""
     _quiet_optuna()
-    prices = compare_mod.parse_prices(price or [])
+    prices = parse_prices(price or [])
     loaded = [load_study(storage, name) for name in studies]
     rows = compare_mod.compare_rows(loaded, prices=prices)
     if what_if:

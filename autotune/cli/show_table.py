@@ -10,8 +10,8 @@ from rich.table import Table
 
 from autotune.config.trial_config import launched_value
 from autotune.errors import InputError
-from autotune.results.compare import study_plan
 from autotune.results.reader import LoadedStudy, TrialRow
+from autotune.results.study_inputs import study_plan
 from autotune.trial.objective import METRIC_NAMES, ObjectiveName
 from autotune.workload.stats import IdealPrefixHits
 

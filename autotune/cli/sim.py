@@ -10,14 +10,14 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from autotune.catalog.hardware import gpu_names
+from autotune.catalog.models import model_names
 from autotune.cli._common import console, handle_errors
 from autotune.cli.sim_calibrate import calibrate_command
 from autotune.errors import InputError
 from autotune.sim.model.calibration_profile import load_profile
 from autotune.sim.model.config import SimConfig
-from autotune.sim.model.hardware import gpu_names
 from autotune.sim.model.memory import MemoryReport, plan_memory
-from autotune.sim.model.models import model_names
 from autotune.sim.model.units import GIB, parse_human_int
 from autotune.sim.virtual.sweep import SweepRow, baseline_config, closed_loop_sweep
 

@@ -9,14 +9,14 @@ import typer
 from rich.table import Table
 
 from autotune.calibration.points import load_points
+from autotune.catalog.hardware import get_gpu
+from autotune.catalog.models import get_model
 from autotune.cli._common import StorageOption, console, handle_errors
 from autotune.defaults import DEFAULT_STORAGE_URL
 from autotune.errors import InputError
-from autotune.results.compare import catalog_gpu
 from autotune.results.reader import load_study
+from autotune.results.study_inputs import catalog_gpu
 from autotune.sim.model.calibration_profile import CalibrationProfile, save_profile
-from autotune.sim.model.hardware import get_gpu
-from autotune.sim.model.models import get_model
 from autotune.sim.model.speed_constants import DEFAULT_CONSTANTS
 
 if TYPE_CHECKING:

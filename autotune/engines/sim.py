@@ -9,12 +9,12 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from autotune import __version__
+from autotune.catalog.hardware import get_gpu
 from autotune.config.trial_config import TrialConfig
 from autotune.defaults import DEFAULT_TIME_SCALE
 from autotune.engines.base import BaseEngine, PhaseCallback, Server
 from autotune.engines.launcher import api_key_of, launch_process_server
 from autotune.errors import InputError
-from autotune.sim.model.hardware import get_gpu
 from autotune.sim.server.flags import EMULATED_VLLM_VERSION
 from autotune.vocabulary import HardwareFingerprint
 

@@ -10,28 +10,27 @@ cancels out. On the study's own GPU the what-if is the measured best, predicted.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict
 from rich.table import Table
 
-from autotune.config.trial_config import TrialConfig
+from autotune.catalog.hardware import get_gpu
+from autotune.catalog.prices import SECONDS_PER_HOUR, price_for
 from autotune.errors import InputError
-from autotune.replay.load import LoadSpec
 from autotune.results.explain import format_flag_value
 from autotune.results.reader import LoadedStudy, TrialRow
+from autotune.results.study_inputs import (
+    catalog_gpu,
+    sim_config,
+    study_gpu_names,
+    study_plan,
+)
 from autotune.results.what_if import NoConfigStarts, TunedForGpu, tune_for_gpu
 from autotune.sim.model.calibration_profile import CalibrationProfile
 from autotune.sim.model.config import SimConfig
-from autotune.sim.model.hardware import get_gpu
-from autotune.sim.model.models import get_model
-from autotune.sim.server.flags import parse_serve_args
 from autotune.sim.virtual.predict import Prediction, predict
-from autotune.workload.expand import load_plan
-from autotune.workload.plan import WorkloadPlan
 
-SECONDS_PER_HOUR = 3600
 SHORT_FLAGS = (
     "kv-cache-memory-bytes",
     "kv-cache-dtype",
@@ -68,36 +67,6 @@ class ComparisonRow(BaseModel):
         return self.output_throughput_tok_s * SECONDS_PER_HOUR / self.usd_per_hour
 
 
-def parse_prices(texts: list[str]) -> dict[str, float]:
-    """``["rtx4080s-32g=0.35"]`` -> ``{"rtx4080s-32g": 0.35}`` (USD per hour)."""
-    prices: dict[str, float] = {}
-    for text in texts:
-        gpu, sep, value = text.partition("=")
-        try:
-            usd = float(value)
-        except ValueError:
-            usd = -1.0
-        if not sep or not gpu.strip() or usd <= 0:
-            raise InputError(f"--price {text!r}: expected GPU=USD_PER_HOUR, e.g. h100=2.49")
-        prices[gpu.strip()] = usd
-    return prices
-
-
-def _squash(text: str) -> str:
-    return re.sub(r"[^a-z0-9]", "", text.lower())
-
-
-def price_for(prices: dict[str, float], *names: str) -> float | None:
-    """The price whose key names this GPU: exact, else contained in a name (case/dashes ignored)."""
-    for key, usd in prices.items():
-        if any(_squash(key) == _squash(name) for name in names if name):
-            return usd
-    for key, usd in prices.items():
-        if any(_squash(key) in _squash(name) for name in names if name):
-            return usd
-    return None
-
-
 def config_summary(row: TrialRow) -> str:
     """The flags that matter most, short: ``kv-cache-memory-bytes=12 GiB, ...``."""
     return flags_summary(row.flags)
@@ -109,16 +78,6 @@ def flags_summary(flags: dict[str, object]) -> str:
         f"{n}={format_flag_value(n, flags[n])}" for n in SHORT_FLAGS if flags.get(n) is not None
     ]
     return ", ".join(shown) or "(defaults)"
-
-
-def study_gpu_names(loaded: LoadedStudy) -> list[str]:
-    """Every name the study's GPU goes by (fingerprint name, simulator catalog name)."""
-    names = [loaded.info.gpu_name]
-    for row in loaded.trials:
-        if row.argv and "--hardware" in row.argv:
-            names.append(row.argv[row.argv.index("--hardware") + 1])
-            break
-    return names
 
 
 def compare_rows(
@@ -187,43 +146,6 @@ def _no_result_row(loaded: LoadedStudy) -> ComparisonRow:
         best_config="(no feasible trial yet)",
         source=f"measured: {len(loaded.trials)} trials, none feasible",
     )
-
-
-def catalog_gpu(loaded: LoadedStudy) -> str:
-    """The simulator catalog name of the GPU the study ran on. Raises ``InputError``."""
-    for name in study_gpu_names(loaded):
-        try:
-            get_gpu(name)
-        except InputError:
-            continue
-        return name
-    raise InputError(
-        f"study {loaded.name!r} ran on {loaded.info.gpu_name!r}, which is not in the "
-        "simulator's GPU catalog (autotune sim catalog): no calibration for --what-if"
-    )
-
-
-def sim_config(config: TrialConfig, gpu: str) -> SimConfig:
-    """The simulator's reading of ``config`` launched on catalog GPU ``gpu``."""
-    get_gpu(gpu)
-    get_model(config.model)
-    try:
-        return parse_serve_args([*config.vllm_args(), "--hardware", gpu]).sim
-    except SystemExit as exc:  # argparse has printed why
-        raise InputError(f"the simulator cannot read the config {config.vllm_args()}") from exc
-
-
-def study_plan(loaded: LoadedStudy) -> tuple[WorkloadPlan, LoadSpec]:
-    """The study's own workload and load, checked against the stored digest."""
-    workload = loaded.info.workload
-    path = loaded.stored_file(str(workload.get("path", "")), "workload")
-    if not path.is_file():
-        raise InputError(f"study {loaded.name!r}: workload file {path} is gone")
-    plan = load_plan(path)
-    stored = workload.get("digest")
-    if stored and stored != plan.digest:
-        raise InputError(f"study {loaded.name!r}: {path} changed since the study ran")
-    return plan, LoadSpec.model_validate(loaded.info.load)
 
 
 def _ratio(measured: float | None, predicted: float | None) -> float | None:

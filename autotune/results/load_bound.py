@@ -28,6 +28,7 @@ from autotune.errors import InputError
 from autotune.replay.load import LoadSpec
 from autotune.replay.load_policy import LoadPolicy
 from autotune.results.reader import LoadedStudy
+from autotune.results.study_inputs import study_plan
 from autotune.workload.plan import WorkloadPlan
 
 TIE_SPREAD = 0.03  # configs within this share of the best tie: one run's noise
@@ -109,10 +110,6 @@ def find_tie(loaded: LoadedStudy, offered_tok_s: float | None) -> Tie | None:
 def study_tie(loaded: LoadedStudy) -> Tie | None:
     """``find_tie`` with the offered load of the study's own workload when it is still
     there unchanged (else the tie alone)."""
-    from autotune.results.compare import (
-        study_plan,  # here: compare imports explain, which imports us
-    )
-
     offered = None
     try:
         plan, load = study_plan(loaded)

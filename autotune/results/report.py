@@ -32,7 +32,6 @@ from optuna.visualization import (
 
 from autotune.config.trial_config import launched_value
 from autotune.errors import InputError
-from autotune.results.compare import catalog_gpu, sim_config, study_plan
 from autotune.results.explain import (
     GIB,
     MIN_TRIALS_FOR_IMPORTANCE,
@@ -42,6 +41,7 @@ from autotune.results.explain import (
     param_importances,
 )
 from autotune.results.reader import LoadedStudy, TrialRow
+from autotune.results.study_inputs import catalog_gpu, sim_config, study_plan
 from autotune.sim.virtual.predict import predict
 from autotune.vocabulary import FailureClass, Outcome
 

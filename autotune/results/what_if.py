@@ -15,15 +15,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from autotune.catalog.models import get_model
 from autotune.config.space import FloatParam, SearchSpace, load_space
 from autotune.config.trial_config import TrialConfig
 from autotune.errors import InputError
 from autotune.replay.load import LoadSpec
 from autotune.results.reader import LoadedStudy
 from autotune.sim.model.calibration_profile import CalibrationProfile
-from autotune.sim.model.models import get_model
 from autotune.sim.model.prompt import PromptRenderer
 from autotune.sim.virtual.predict import Prediction
 from autotune.trial.objective import Goal, ObjectiveName, parse_slos
@@ -31,6 +32,7 @@ from autotune.trial.preflight import MAX_MODEL_LEN_FLAG, Target, preflight
 from autotune.trial.prescreen import make_prescreen
 from autotune.tuner.guide import build_guide
 from autotune.tuner.kv_bounds import KV_FLAG, largest_kv_pool_bytes, shaped
+from autotune.tuner.prediction_cache import CachedPredictions
 from autotune.tuner.predictor import SimOracle
 from autotune.workload.plan import WorkloadPlan
 
@@ -154,11 +156,43 @@ def tune_for_gpu(
     ``calibration``: a speed profile for the target's predictions (or None). Raises
     InputError for a space or model the simulator cannot tune.
     """
-    model = loaded.info.model or study_sim_model(loaded)
-    sim_model = study_sim_model(loaded)
-    engine_version = loaded.info.engine_version
-    goal = study_goal(loaded)
-    space = study_space(loaded)
+    if say is not None:
+        say(f"{gpu}: tuning {loaded.name!r}'s space on the simulator (predictions, no launch)")
+    return tune_space(
+        study_space(loaded),
+        gpu=gpu,
+        model=loaded.info.model or study_sim_model(loaded),
+        sim_model=study_sim_model(loaded),
+        engine_version=loaded.info.engine_version,
+        goal=study_goal(loaded),
+        maximize=loaded.info.primary_maximize,
+        plan=plan,
+        load=load,
+        calibration=calibration,
+        say=say,
+    )
+
+
+def tune_space(
+    space: SearchSpace,
+    *,
+    gpu: str,
+    model: str,
+    sim_model: str,
+    engine_version: str | None,
+    goal: Goal,
+    maximize: bool,
+    plan: WorkloadPlan,
+    load: LoadSpec,
+    calibration: CalibrationProfile | None = None,
+    max_predictions: int | None = None,
+    cache_path: Path | None = None,
+    say: Callable[[str], None] | None = None,
+) -> TunedForGpu:
+    """``space`` tuned for catalog GPU ``gpu`` on the simulator: its KV range scaled to the
+    card, its lattice predicted over ``plan`` at ``load`` (at most ``max_predictions``, a
+    sample of it), the best predicted config that meets ``goal`` (else the nearest).
+    ``cache_path``: the disk prediction cache to read and fill (``tuner/prediction_cache.py``)."""
     if MAX_MODEL_LEN_FLAG not in space.fixed:  # the study did not say: size it as run does
         sized = _sized_max_model_len(space, plan, gpu=gpu, sim_model=sim_model, goal=goal)
         space = _fixed(space, MAX_MODEL_LEN_FLAG, sized)
@@ -172,19 +206,23 @@ def tune_for_gpu(
     oracle = SimOracle(
         hardware=gpu, sim_model=sim_model, plan=plan, load=load, goal=goal, calibration=calibration
     )
-    maximize = loaded.info.primary_maximize
-    if say is not None:
-        say(f"{gpu}: tuning {loaded.name!r}'s space on the simulator (predictions, no launch)")
-    guide = build_guide(
-        space,
-        model=model,
-        engine_version=engine_version,
-        prescreen=prescreen,
-        oracle=oracle,
-        maximize=maximize,
-        budget_s=WARM_START_BUDGET_S,
-        say=say,
-    )
+    cache = CachedPredictions(oracle, disk=cache_path) if cache_path is not None else None
+    try:
+        guide = build_guide(
+            space,
+            model=model,
+            engine_version=engine_version,
+            prescreen=prescreen,
+            oracle=oracle,
+            maximize=maximize,
+            cache=cache,
+            budget_s=WARM_START_BUDGET_S,
+            max_predictions=max_predictions,
+            say=say,
+        )
+    finally:
+        if cache is not None:
+            cache.close()
     picked = guide.diverse_top(1)
     if not picked:
         raise NoConfigStarts(

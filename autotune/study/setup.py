@@ -9,6 +9,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from autotune.catalog.hardware import get_gpu
+from autotune.catalog.models import ModelSpec, get_model
 from autotune.config.known_flags import known_flags
 from autotune.config.space import SearchSpace, check_flags, default_space_path, load_space
 from autotune.defaults import (
@@ -23,8 +25,6 @@ from autotune.engines import make_engine
 from autotune.errors import InputError
 from autotune.replay.load import LoadSpec
 from autotune.sim.model.calibration_profile import CalibrationProfile, load_profile
-from autotune.sim.model.hardware import get_gpu
-from autotune.sim.model.models import ModelSpec, get_model
 from autotune.sim.model.prompt import PromptRenderer
 from autotune.study import SAMPLERS, StudySpec, default_study_name, stored_run_options
 from autotune.study.trial_length import (

@@ -18,10 +18,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from autotune.catalog.models import ModelSpec
 from autotune.config.space import SearchSpace
 from autotune.errors import InputError
 from autotune.sim.model.kv_layout import DEFAULT_BLOCK_SIZE
-from autotune.sim.model.models import ModelSpec
 from autotune.trial.prescreen import memory_report
 from autotune.workload.plan import Endpoint, PlannedRequest, WorkloadPlan
 

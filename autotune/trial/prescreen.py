@@ -10,11 +10,11 @@ from __future__ import annotations
 import contextlib
 import io
 
+from autotune.catalog.hardware import get_gpu
+from autotune.catalog.models import get_model
 from autotune.config.trial_config import TrialConfig
 from autotune.errors import InputError
-from autotune.sim.model.hardware import get_gpu
 from autotune.sim.model.memory import MemoryReport, plan_memory
-from autotune.sim.model.models import get_model
 from autotune.sim.server.flags import parse_serve_args
 from autotune.trial.run import MemoryEstimate, Prescreen
 

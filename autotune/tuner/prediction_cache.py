@@ -38,9 +38,9 @@ import optuna
 
 import autotune
 from autotune import __version__
+from autotune.catalog.hardware import get_gpu
+from autotune.catalog.models import get_model
 from autotune.defaults import default_artifact_dir
-from autotune.sim.model.hardware import get_gpu
-from autotune.sim.model.models import get_model
 from autotune.trial.objective import Score
 from autotune.tuner.predictor import SimOracle
 

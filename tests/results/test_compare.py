@@ -7,16 +7,15 @@ import optuna
 import pytest
 from rich.console import Console
 
+from autotune.catalog.prices import parse_prices, price_for
 from autotune.errors import InputError
 from autotune.results.compare import (
     compare_rows,
     comparison_table,
-    parse_prices,
-    price_for,
-    study_plan,
     what_if_rows,
 )
 from autotune.results.reader import load_study
+from autotune.results.study_inputs import study_plan
 
 from .conftest import Point, build_study, on_the_catalog_gpu
 

@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from autotune.catalog.hardware import get_gpu
+from autotune.catalog.models import get_model
 from autotune.replay.load import LoadSpec
 from autotune.sim.model.config import SimConfig
-from autotune.sim.model.hardware import get_gpu
 from autotune.sim.model.memory import plan_memory
-from autotune.sim.model.models import get_model
 from autotune.sim.model.timing import DecodeSteps, RooflineTimeModel, decode_times_s
 from autotune.sim.model.units import GIB
 from autotune.sim.virtual.predict import predict

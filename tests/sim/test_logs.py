@@ -8,11 +8,11 @@ import re
 
 import pytest
 
+from autotune.catalog.hardware import get_gpu
+from autotune.catalog.models import get_model
 from autotune.engines.vllm_log import classify_failure, parse_engine_stats, parse_startup_log
 from autotune.errors import InputError
-from autotune.sim.model.hardware import get_gpu
 from autotune.sim.model.memory import plan_memory
-from autotune.sim.model.models import get_model
 from autotune.sim.server import logs
 from autotune.sim.server.flags import parse_serve_args
 from autotune.sim.server.logs import VllmLog

@@ -6,12 +6,12 @@ import re
 
 import pytest
 
+from autotune.catalog.hardware import get_gpu
+from autotune.catalog.models import get_model
 from autotune.errors import InputError
 from autotune.sim.model.config import SimConfig
-from autotune.sim.model.hardware import get_gpu
 from autotune.sim.model.kv_layout import plan_layout
 from autotune.sim.model.memory import batch_defaults, plan_memory
-from autotune.sim.model.models import get_model
 from autotune.sim.model.units import GIB
 
 CARD = "rtx4080s-32g"

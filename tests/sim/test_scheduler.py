@@ -281,9 +281,9 @@ def test_decode_runs_equal_step_by_step(mtp: int) -> None:
 def test_a_prefill_chunk_computes_logits_only_where_it_samples() -> None:
     """vLLM runs the lm_head at logits_indices: a bigger vocabulary costs a mid-prompt chunk
     nothing, and costs every verify token of a decode step."""
-    from autotune.sim.model.hardware import get_gpu
+    from autotune.catalog.hardware import get_gpu
+    from autotune.catalog.models import get_model
     from autotune.sim.model.memory import plan_memory
-    from autotune.sim.model.models import get_model
     from autotune.sim.model.timing import RooflineTimeModel, StepShape
 
     config = qwen()

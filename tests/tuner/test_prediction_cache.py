@@ -183,7 +183,7 @@ def test_the_code_digest_covers_every_file_of_the_package(tmp_path: Path) -> Non
     copy = tmp_path / "autotune"
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
     assert files_digest(copy) == code_digest()  # content, not location
-    for edited in ("sim/model/timing.py", "sim/model/data/gpus.yaml", "replay/load_policy.py"):
+    for edited in ("sim/model/timing.py", "catalog/data/gpus.yaml", "replay/load_policy.py"):
         path = copy / edited
         original = path.read_bytes()
         path.write_bytes(original + b"\n")

@@ -13,10 +13,10 @@ import numpy as np
 import optuna
 import pytest
 
+from autotune.catalog.models import get_model
 from autotune.config.space import load_space
 from autotune.replay.load import LoadSpec
 from autotune.sim.model.calibration_profile import CalibrationProfile
-from autotune.sim.model.models import get_model
 from autotune.sim.model.speed_constants import DEFAULT_CONSTANTS
 from autotune.trial.objective import Goal, ObjectiveName
 from autotune.trial.prescreen import make_prescreen

@@ -1,1 +1,1 @@
-"""The simulator's model of vLLM: catalogs, memory, speed and the scheduler core."""
+"""The simulator's model of vLLM: memory, speed and the scheduler core (over autotune/catalog)."""

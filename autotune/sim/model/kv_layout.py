@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from autotune.catalog.models import ModelSpec
 from autotune.errors import InputError
-from autotune.sim.model.models import ModelSpec
 
 DEFAULT_BLOCK_SIZE = 16  # CacheConfig.DEFAULT_BLOCK_SIZE
 GDN_PREFILL_CHECKPOINT_ALIGN = 64  # gdn_attn.py: FlashInfer GDN prefill (Hopper+), align mode

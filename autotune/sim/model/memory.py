@@ -14,11 +14,11 @@ import math
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from autotune.catalog.hardware import DEFAULT_MAX_CUDAGRAPH_CAPTURE_SIZE, GpuSpec, get_gpu
+from autotune.catalog.models import ModelSpec, get_model
 from autotune.errors import InputError
 from autotune.sim.model.config import SimConfig
-from autotune.sim.model.hardware import DEFAULT_MAX_CUDAGRAPH_CAPTURE_SIZE, GpuSpec, get_gpu
 from autotune.sim.model.kv_layout import KvLayout, plan_layout
-from autotune.sim.model.models import ModelSpec, get_model
 from autotune.sim.model.units import GIB, MIB
 from autotune.vocabulary import FailureClass
 

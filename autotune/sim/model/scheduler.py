@@ -31,9 +31,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autotune.catalog.hardware import get_gpu
+from autotune.catalog.models import get_model
 from autotune.errors import InputError
 from autotune.sim.model.config import SimConfig
-from autotune.sim.model.hardware import get_gpu
 from autotune.sim.model.kv_cache import (
     CACHE_UNIT_MIN_TOKENS,
     KvCacheManager,
@@ -41,7 +42,6 @@ from autotune.sim.model.kv_cache import (
     SimRequest,
 )
 from autotune.sim.model.memory import MemoryReport, plan_memory, torch_oom_text
-from autotune.sim.model.models import get_model
 from autotune.sim.model.speed_constants import DEFAULT_CONSTANTS, SpeedConstants
 from autotune.sim.model.step_results import DecodeRun, EngineCounters, StepResult, TokenOutput
 from autotune.sim.model.timing import (

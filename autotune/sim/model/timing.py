@@ -25,9 +25,9 @@ from typing import Protocol
 
 import numpy as np
 
-from autotune.sim.model.hardware import GpuSpec
+from autotune.catalog.hardware import GpuSpec
+from autotune.catalog.models import ModelSpec
 from autotune.sim.model.memory import MemoryReport
-from autotune.sim.model.models import ModelSpec
 from autotune.sim.model.speed_constants import DEFAULT_CONSTANTS, SpeedConstants
 
 

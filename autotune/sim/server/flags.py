@@ -20,11 +20,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from autotune.catalog.hardware import get_gpu
+from autotune.catalog.models import get_model
 from autotune.errors import InputError
 from autotune.sim.model.calibration_profile import CalibrationProfile, load_profile
 from autotune.sim.model.config import SimConfig
-from autotune.sim.model.hardware import get_gpu
-from autotune.sim.model.models import get_model
 from autotune.sim.model.units import parse_human_int
 from autotune.sim.server.faults import FaultConfig
 from autotune.workload.hf_tokenizer import load_tokenizer

@@ -22,11 +22,11 @@ from collections.abc import Callable
 
 import uvicorn
 
+from autotune.catalog.hardware import get_gpu
+from autotune.catalog.models import get_model
 from autotune.errors import InputError
 from autotune.sim.model.calibration_profile import profile_constants
-from autotune.sim.model.hardware import get_gpu
 from autotune.sim.model.memory import MemoryReport, plan_memory
-from autotune.sim.model.models import get_model
 from autotune.sim.model.scheduler import SimEngineCore
 from autotune.sim.server import logs
 from autotune.sim.server.api import SimApi

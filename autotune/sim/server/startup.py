@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from autotune.sim.model.hardware import GpuSpec
+from autotune.catalog.hardware import GpuSpec
+from autotune.catalog.models import ModelSpec
 from autotune.sim.model.memory import MemoryReport
-from autotune.sim.model.models import ModelSpec
 from autotune.sim.server import logs
 from autotune.sim.server.flags import ServeArgs
 from autotune.sim.server.logs import VllmLog

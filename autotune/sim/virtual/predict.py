@@ -12,16 +12,12 @@ from __future__ import annotations
 
 import functools
 
-from pydantic import BaseModel
-
+from autotune.catalog.models import get_model
 from autotune.replay.load import LoadSpec, RequestSlo
-from autotune.replay.load_policy import Progress
-from autotune.replay.records import ReplayStats, RequestRecord
 from autotune.replay.stats import compute_stats
 from autotune.sim.model.calibration_profile import CalibrationProfile, profile_constants
 from autotune.sim.model.config import SimConfig
 from autotune.sim.model.memory import MemoryReport
-from autotune.sim.model.models import get_model
 from autotune.sim.model.prompt import PromptRenderer
 from autotune.sim.model.scheduler import (
     EngineCounters,
@@ -29,27 +25,13 @@ from autotune.sim.model.scheduler import (
 )
 from autotune.sim.model.speed_constants import SpeedConstants
 from autotune.sim.model.units import GIB
+from autotune.sim.virtual.prediction import Prediction
 from autotune.sim.virtual.replay import VirtualReplay
 from autotune.sim.virtual.shared_runs import SharedRuns, run_key
 from autotune.vocabulary import Failure, FailureClass, ServerStats, StartupReport
 from autotune.workload.plan import WorkloadPlan
 
 PLAN_RENDERERS = 4  # plans whose tokenized prompts are kept between predictions
-
-
-class Prediction(BaseModel):
-    """What a replay of the plan would have measured, and why it failed if it did."""
-
-    records: list[RequestRecord]
-    stats: ReplayStats
-    server_stats: ServerStats
-    memory: MemoryReport
-    startup: StartupReport | None
-    failure: Failure | None
-    # Relative error to expect (the calibration profile's); None: uncalibrated.
-    expected_error: float | None = None
-    # The window's throughput so far, as the HTTP replay reports it (pruning).
-    progress: list[Progress] = []
 
 
 AGENT_SOURCES = frozenset({"claudecode", "weka", "recorder", "anthropic-log"})

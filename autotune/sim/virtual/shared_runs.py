@@ -34,7 +34,7 @@ from autotune.vocabulary import StartupReport
 
 if TYPE_CHECKING:
     from autotune.sim.model.scheduler import SimEngineCore
-    from autotune.sim.virtual.predict import Prediction
+    from autotune.sim.virtual.prediction import Prediction
 
 MAX_RECORDS = 50_000  # records kept over every replay held, per process
 # The memory report's fields that follow from the pool's size and the seats alone.

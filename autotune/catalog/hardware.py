@@ -1,4 +1,4 @@
-"""The GPU catalog (autotune/sim/model/data/gpus.yaml) as typed specs."""
+"""The GPU catalog (autotune/catalog/data/gpus.yaml) as typed specs."""
 
 from __future__ import annotations
 
@@ -36,16 +36,16 @@ class GpuSpec(BaseModel):
 
 
 def load_catalog(file_name: str, spec_type: type[SpecT]) -> dict[str, SpecT]:
-    """A catalog file under autotune/sim/model/data/ as ``{name: spec}``; InputError names it."""
+    """A catalog file under autotune/catalog/data/ as ``{name: spec}``; InputError names it."""
     raw = yaml.safe_load(
-        resources.files("autotune.sim.model").joinpath("data", file_name).read_text()
+        resources.files("autotune.catalog").joinpath("data", file_name).read_text()
     )
     catalog: dict[str, SpecT] = {}
     for name, fields in raw.items():
         try:
             catalog[name] = spec_type(name=name, **fields)
         except ValidationError as exc:
-            raise InputError(f"autotune/sim/model/data/{file_name}: {name}: {exc}") from exc
+            raise InputError(f"autotune/catalog/data/{file_name}: {name}: {exc}") from exc
     return catalog
 
 

@@ -1,4 +1,4 @@
-"""The model catalog (autotune/sim/model/data/models.yaml) as typed specs."""
+"""The model catalog (autotune/catalog/data/models.yaml) as typed specs."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from autotune.catalog.hardware import load_catalog
 from autotune.errors import InputError
-from autotune.sim.model.hardware import load_catalog
 
 CATALOG_FILE = "models.yaml"
 
