@@ -27,7 +27,9 @@ from autotune.cli._run_output import (
     best_so_far,
     resume_line,
     summary_lines,
+    tie_sentence,
     trials_table,
+    warm_start_sentence,
 )
 from autotune.cli.progress import Tally
 from autotune.config.space import default_space_path
@@ -48,6 +50,7 @@ from autotune.study.verdict import stored_verdict
 from autotune.study.workers import gpu_groups, refuse_sqlite, run_workers
 from autotune.trial.objective import METRIC_NAMES, ObjectiveName
 from autotune.tuner.kv_bounds import kv_bound_warning
+from autotune.tuner.record import TunerStudyRecord
 from autotune.tuner.settings_file import read_run_settings
 from autotune.workload.stats import IdealPrefixHits
 
@@ -387,6 +390,11 @@ def show(
             "measurement is best by one run, which noise can explain",
             highlight=False,
         )
+    if crown is not None and crown.tied_with:
+        out.print(tie_sentence(crown), highlight=False, soft_wrap=True)
+    warm = TunerStudyRecord.read(loaded.study.user_attrs).warm_start
+    if warm is not None:
+        out.print(warm_start_sentence(warm), highlight=False, soft_wrap=True)
     if any("*" in effective_cell(row, name) for row in rows for name in param_names):
         out.print(
             "* the value the trial launched with, set by a derived rule over the searched one"

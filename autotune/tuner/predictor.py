@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -26,6 +27,7 @@ from autotune.tuner.forked import default_workers, forked_map, worker_state
 from autotune.workload.plan import WorkloadPlan
 
 PARALLEL_ABOVE = 64  # fewer configs than this are predicted in this process
+_STOPPED = object()  # the results ended at the deadline
 
 
 @dataclass(frozen=True)
@@ -98,20 +100,35 @@ def predict_all(
 
 
 def predict_iter(
-    oracle: SimOracle, configs: Sequence[TrialConfig], *, workers: int | None = None
+    oracle: SimOracle,
+    configs: Sequence[TrialConfig],
+    *,
+    workers: int | None = None,
+    deadline: float | None = None,
 ) -> Iterator[Score | None]:
-    """``predict_all`` one result at a time: a consumer that stops early (a time budget,
-    an interrupt) leaves the configs not yet started unpredicted."""
+    """``predict_all`` one result at a time: a consumer that stops early (an interrupt)
+    leaves the configs not yet started unpredicted, and so does ``deadline`` (a
+    ``time.monotonic()`` value): the results end there, without waiting for the
+    predictions under way."""
     slots, distinct = modelled_alike(oracle, configs)
     workers = workers or default_workers()
     if len(distinct) < PARALLEL_ABOVE or workers < 2:
-        results: Iterator[Score | None] = (oracle.score(config) for config in distinct)
+        results: Iterator[Score | None] = (
+            oracle.score(config)
+            for config in distinct
+            if deadline is None or time.monotonic() < deadline
+        )
     else:
-        results = forked_map(_score_in_worker, distinct, state=oracle, workers=workers)
+        results = forked_map(
+            _score_in_worker, distinct, state=oracle, workers=workers, deadline=deadline
+        )
     scored: list[Score | None] = []
     for slot in slots:  # a config's distinct one is never later than the configs before it
         while len(scored) <= slot:
-            scored.append(next(results))
+            found = next(results, _STOPPED)
+            if found is _STOPPED:
+                return
+            scored.append(found)  # type: ignore[arg-type]  # not _STOPPED: checked above
         yield scored[slot]
 
 
