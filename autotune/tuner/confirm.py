@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -300,5 +301,17 @@ def _flags(key: str) -> dict:
 
 
 def _number(value: object) -> float:
-    """A numeric flag's value; unset (the engine's default) sorts last."""
-    return math.inf if value is None else float(value)  # type: ignore[arg-type]  # a number
+    """A numeric flag's value, a size with a suffix too (``7G``, as vLLM reads it); unset
+    (the engine's default) or unreadable sorts last."""
+    if isinstance(value, bool) or value is None:
+        return math.inf
+    if isinstance(value, int | float):
+        return float(value)
+    found = re.fullmatch(r"\s*([\d.]+)\s*([kmgt]?)i?b?\s*", str(value), re.IGNORECASE)
+    if found is None:
+        return math.inf
+    try:
+        number = float(found[1])
+    except ValueError:
+        return math.inf
+    return number * 1024 ** ("kmgt".find(found[2].lower()) + 1) if found[2] else number

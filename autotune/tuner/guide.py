@@ -263,8 +263,9 @@ def build_guide(
         said += f"{time.monotonic() - started:.0f} s"
         if stopped:
             said += (
-                f"; [yellow]stopped by the {budget_s:g}-s safety stop[/yellow] "
-                f"(warm_start_budget_s), the other {stopped:,} are left to the search"
+                f"; stopped by the {budget_s:g}-s safety stop (warm_start_budget_s; the "
+                f"lattice's enumeration is never cut), the other {stopped:,} are left to the "
+                "search"
             )
         say(said)
     utility = np.full(len(candidates), np.nan)

@@ -110,7 +110,7 @@ def predict_iter(
     leaves the configs not yet started unpredicted, and so does ``deadline`` (a
     ``time.monotonic()`` value): the results end there, without waiting for the
     predictions under way."""
-    slots, distinct = modelled_alike(oracle, configs)
+    slots, distinct = modelled_alike(oracle, configs, deadline=deadline)
     workers = workers or default_workers()
     if len(distinct) < PARALLEL_ABOVE or workers < 2:
         results: Iterator[Score | None] = (
@@ -133,15 +133,18 @@ def predict_iter(
 
 
 def modelled_alike(
-    oracle: SimOracle, configs: Sequence[TrialConfig]
+    oracle: SimOracle, configs: Sequence[TrialConfig], *, deadline: float | None = None
 ) -> tuple[list[int], list[TrialConfig]]:
     """The configs the simulator models differently, in order of first appearance, and
     for each of ``configs`` the index of the one that stands for it (fp8_e4m3 and
-    fp8_e5m2 KV, say: the same bytes and speed, so one prediction serves both)."""
+    fp8_e5m2 KV, say: the same bytes and speed, so one prediction serves both); at
+    ``deadline`` (``time.monotonic()``) it stops, with the slots of the configs before."""
     index: dict[object, int] = {}
     slots: list[int] = []
     distinct: list[TrialConfig] = []
     for config in configs:
+        if deadline is not None and time.monotonic() >= deadline:
+            break
         sim = oracle.sim_config(config)
         key: object = tuple(config.vllm_args()) if sim is None else sim.as_modelled()
         if key not in index:

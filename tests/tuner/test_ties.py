@@ -80,3 +80,13 @@ def test_the_resource_order_of_docs_tuner_md(less: str, more: str) -> None:
     assert resource_order(index.by_key[less]) < resource_order(index.by_key[more])
     winner = crown(index, maximize=True)
     assert winner is not None and winner.key == less
+
+
+def test_a_size_given_as_text_orders_as_vllm_reads_it() -> None:
+    """A space may fix ``kv-cache-memory-bytes: 7G`` (before, the crown raised on it)."""
+    index = MeasuredIndex()
+    for size in ("9G", "7G", "8000M"):
+        flags = {"kv-cache-memory-bytes": size, "max-num-seqs": 4}
+        measure(index, config_key(TrialConfig(model="m", flags=flags)), 50.0)
+    winner = crown(index, maximize=True)
+    assert winner is not None and '"7G"' in winner.key
