@@ -8,6 +8,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from autotune.config.space import load_space
 from autotune.replay.load import LoadSpec
 from autotune.trial.objective import Goal, ObjectiveName, Score, parse_slos
@@ -129,3 +131,15 @@ def test_the_safety_stop_stops_promptly_says_so_and_a_resume_predicts_only_the_r
     assert resumed.known == 20 and resumed.stopped == 0 and first < set(cache)
     # ... and ends with the very configs a run never stopped predicts.
     assert predicted(resumed) == predicted(guide(oracle(), {}, configs=20))
+
+
+def test_a_study_stored_with_another_safety_stop_resumes() -> None:
+    """Before: a study created when the stop was the 300-s budget was refused on resume
+    ("warm_start_budget_s 300.0, now 1800.0"); the budget in configs is still checked."""
+    from autotune.errors import StudyMismatchError
+    from autotune.study.create import _check_same_tuner
+
+    now = TunerSettings().model_dump(mode="json")
+    _check_same_tuner("t", {"tuner": now | {"warm_start_budget_s": 300.0}}, now)
+    with pytest.raises(StudyMismatchError, match="warm_start_configs 50, now null"):
+        _check_same_tuner("t", {"tuner": now | {"warm_start_configs": 50}}, now)
