@@ -630,7 +630,7 @@ def warm_started(setup: dict, settings: TunerSettings, n_trials: int) -> dict:
     count = min(int(share * len(candidates)), cap)
     if count >= len(candidates):
         return cache
-    kept = {c.key for c in warm_start_queue(candidates, budget_s, cap)[:count]}
+    kept = {c.key for c in warm_start_queue(candidates, cap)[:count]}
     lattice = {c.key for c in candidates}
     return {key: value for key, value in cache.items() if key in kept or key not in lattice}
 

@@ -244,7 +244,7 @@ def test_a_study_s_guide_holds_what_its_warm_start_predicts_within_the_budget(tm
         "warm_start_s": 2 * settings.warm_start_budget_s,
     }
     held = bench.warm_started(setup, settings, n_trials=90)
-    queue = warm_start_queue(lattice, settings.warm_start_budget_s, None)
+    queue = warm_start_queue(lattice)
     assert set(held) == {c.key for c in queue[:200]} | {"off-lattice"}
     assert held[queue[0].key] == cache[queue[0].key]
     capped = bench.warm_started(setup, settings, n_trials=1)  # 100 predictions a trial

@@ -23,7 +23,7 @@ from autotune.redaction import redact
 from autotune.results.load_bound import study_tie, tie_sentences
 from autotune.results.reader import LoadedStudy, TrialRow
 from autotune.trial.objective import METRIC_NAMES, ObjectiveName
-from autotune.tuner.record import TunerStudyRecord
+from autotune.tuner.record import TunerStudyRecord, WarmStartSummary, Winner
 
 # Best vs baseline: a latency this much worse is called out, not left in the numbers.
 WORSE_LATENCY = 0.05
@@ -139,23 +139,56 @@ def summary_lines(loaded: LoadedStudy) -> list[str]:
 
 
 def tuner_lines(loaded: LoadedStudy, metric: str) -> list[str]:
-    """What the warm start predicted and how often the crowned config was measured."""
+    """What the warm start predicted, how often the crowned config was measured and
+    which configs it tied with."""
     lines = []
     record = TunerStudyRecord.read(loaded.study.user_attrs)
     warm, winner = record.warm_start, record.winner
     if warm:
-        lines.append(
-            f"  warm start: {warm.effective_configs:,} effective configs fit, "
-            f"{warm.predicted_feasible:,} predicted feasible in {warm.seconds:.0f} s; "
-            f"the {warm.seeds} best (diverse) were tried first"
-        )
+        seeds = f"the {warm.seeds} best (diverse) were tried first"
+        lines.append(f"  {warm_start_sentence(warm)}; {seeds}")
     if winner and winner.measurements > 1:
         lines.append(
             f"  measured {winner.measurements} times (trials "
             f"{', '.join(str(t) for t in winner.trials)}): "
             f"spread {winner.spread:,.1f} {metric} about the mean above"
         )
+    if winner and winner.tied_with:
+        lines.append(f"  {tie_sentence(winner)}")
     return lines
+
+
+def warm_start_sentence(warm: WarmStartSummary) -> str:
+    """What the warm start predicted, and what the latest run did of it (no timings: two
+    runs of one study on machines of any speed say the same, unless the safety stop
+    fired)."""
+    total = warm.effective_configs
+    if warm.unpredicted:
+        text = (
+            f"warm start: predicted {total - warm.unpredicted:,} of {total:,} effective "
+            f"configs that fit; the other {warm.unpredicted:,} were never predicted (the "
+            "search reaches them last)"
+        )
+    else:
+        text = f"warm start: {total:,} effective configs fit, all predicted"
+    text += f", {warm.predicted_feasible:,} predicted feasible"
+    if warm.predicted_now is not None:
+        stored = total - warm.unpredicted - warm.predicted_now
+        text += f"; this run predicted {warm.predicted_now:,}"
+        text += f" ({stored:,} were stored)" if stored else ""
+    if warm.safety_stop_s is not None:
+        text += f", stopped by the {warm.safety_stop_s:g}-s safety stop (warm_start_budget_s)"
+    return text
+
+
+def tie_sentence(winner: Winner) -> str:
+    """The crowned config tied with others: which one was handed over, and why."""
+    plural = "s" if winner.tied_with != 1 else ""
+    return (
+        f"tied with {winner.tied_with} other config{plural} within the measurement noise; "
+        "crowned the one that needs least (smaller max-num-seqs, CUDA-graph capture, KV "
+        "memory, no MTP: docs/tuner.md)"
+    )
 
 
 def latency_lines(loaded: LoadedStudy, best: TrialRow) -> list[str]:

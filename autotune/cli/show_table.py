@@ -8,11 +8,13 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from autotune.cli._run_output import tie_sentence, warm_start_sentence
 from autotune.config.trial_config import launched_value
 from autotune.errors import InputError
 from autotune.results.reader import LoadedStudy, TrialRow
 from autotune.results.study_inputs import study_plan
 from autotune.trial.objective import METRIC_NAMES, ObjectiveName
+from autotune.tuner.record import TunerStudyRecord
 from autotune.workload.stats import IdealPrefixHits
 
 WIDE_SHOW_COLUMNS = 160  # below this width `show` lists parameters under the table
@@ -55,6 +57,11 @@ def print_show(out: Console, loaded: LoadedStudy, *, limit: int | None = None) -
             "measurement is best by one run, which noise can explain",
             highlight=False,
         )
+    if crown is not None and crown.tied_with:
+        out.print(tie_sentence(crown), highlight=False, soft_wrap=True)
+    warm = TunerStudyRecord.read(loaded.study.user_attrs).warm_start
+    if warm is not None:
+        out.print(warm_start_sentence(warm), highlight=False, soft_wrap=True)
     if any("*" in effective_cell(row, name) for row in rows for name in param_names):
         out.print(
             "* the value the trial launched with, set by a derived rule over the searched one"

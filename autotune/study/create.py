@@ -184,13 +184,18 @@ def _check_same_calibration(name: str, stored: dict[str, Any], used: dict[str, A
     )
 
 
+# Tuner keys each run sets for itself: a safety stop, not what the study searches (a
+# study created before it became one stored 300 s).
+RUN_OWN_KEYS = {"warm_start_budget_s"}
+
+
 def _check_same_tuner(name: str, stored: dict[str, Any], used: dict[str, Any]) -> None:
     """StudyMismatchError when the study's trials were chosen with other tuner settings (a
     key an older study did not store reads as its default)."""
     if "tuner" not in stored:  # a study older than the attr
         return
     before = TunerSettings().model_dump(mode="json") | stored["tuner"]
-    keys = sorted(before.keys() | used.keys())
+    keys = sorted((before.keys() | used.keys()) - RUN_OWN_KEYS)
     differ = [key for key in keys if before.get(key) != used.get(key)]
     if not differ:
         return

@@ -90,8 +90,7 @@ def _run_study(
         )
     with storage_write_errors(spec.storage_url):
         counted = budget.settle().counted  # a killed run's trials first, whatever the count
-    if counted == 0:
-        tuner.describe_warm_start(study)
+    tuner.describe_warm_start(study)  # this run's: a resume says what it predicted
     remaining = None if spec.n_trials is None else spec.n_trials - counted
     if remaining is not None and remaining <= 0:
         return study

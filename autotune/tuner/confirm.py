@@ -15,7 +15,9 @@ selection); ``duel`` is the older rule (leader against its closest challenger).
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,6 +34,15 @@ MEASUREMENT_SD = 0.03  # run-to-run spread of one measurement (log scale)
 # centre's measurements (``tuner.local``).
 NEIGHBOUR_SD = 0.03
 DUEL_Z = 2.0  # a challenger further behind than this many noise units is not worth a launch
+# Configs whose measured means are this close (log scale, 0.1%) always tie: the figures
+# print alike and no run resolves them (one run's noise is ~3%). A noiseless simulator
+# gives configs that behave alike such figures (the quick start: max-num-seqs 8 and 64
+# serve 94.4197 and 94.4205 tok/s for a peak of 6 running).
+TIE_FLOOR = 1e-3
+# A config within this many standard errors of the leader (by the noise the study's
+# re-measurements show) ties with it: the measurements cannot tell which is better (under
+# 70% sure), so the one that needs least is crowned (``resource_order``).
+TIE_Z = 0.5
 
 
 @dataclass(frozen=True)
@@ -208,6 +219,100 @@ def crown(
     sampler: GuidedSampler | None = None,
     prior: bool = True,
 ) -> Measured | None:
-    """The config to hand over, or None when nothing feasible was measured."""
+    """The config to hand over, or None when nothing feasible was measured: of the best
+    estimate and the configs tied with it, the one that needs least (``tie_group``)."""
+    group = tie_group(index, maximize=maximize, sampler=sampler, prior=prior)
+    return group[0] if group else None
+
+
+def tie_group(
+    index: MeasuredIndex,
+    *,
+    maximize: bool,
+    sampler: GuidedSampler | None = None,
+    prior: bool = True,
+) -> list[Measured]:
+    """The best estimate and the configs tied with it (``tied``), least needs first
+    (``resource_order``); empty when nothing feasible was measured."""
     best = ranked(index, maximize=maximize, sampler=sampler, prior=prior)
-    return best[0] if best else None
+    if not best:
+        return []
+    return sorted(tied(index, best[0], best[1:], maximize=maximize), key=resource_order)
+
+
+def tied(
+    index: MeasuredIndex, leader: Measured, others: list[Measured], *, maximize: bool
+) -> list[Measured]:
+    """``leader`` and the ``others`` whose measured mean is within the study's measurement
+    noise of it: under ``TIE_Z`` standard errors of the difference, the noise being what
+    the re-measured configs show (``observed_noise``), and at least ``TIE_FLOOR``."""
+    noise = observed_noise(index, maximize=maximize)
+    top = utility_of(leader.mean, maximize)
+    found = [leader]
+    for entry in others:
+        error = noise * math.sqrt(1 / len(leader.samples) + 1 / len(entry.samples))
+        if abs(top - utility_of(entry.mean, maximize)) <= max(TIE_FLOOR, TIE_Z * error):
+            found.append(entry)
+    return found
+
+
+def observed_noise(index: MeasuredIndex, *, maximize: bool) -> float:
+    """Pooled sample standard deviation of one measurement (log scale) over the feasible
+    configs measured more than once; 0 when none was."""
+    squares, freedom = 0.0, 0
+    for entry in index.by_key.values():
+        if entry.feasible and len(entry.samples) > 1:
+            logs = [utility_of(value, maximize) for value in entry.samples]
+            centre = sum(logs) / len(logs)
+            squares += sum((value - centre) ** 2 for value in logs)
+            freedom += len(logs) - 1
+    return math.sqrt(squares / freedom) if freedom else 0.0
+
+
+def resource_order(entry: Measured) -> tuple:
+    """What a config needs, to compare tied configs (least first; docs/tuner.md): its
+    max-num-seqs, its largest CUDA-graph capture size, its KV memory, its MTP draft
+    tokens, LMCache, its max-num-batched-tokens; a flag left to the engine's default
+    counts as the most. Its launch key last, so that the order is total."""
+    flags = _flags(entry.key)
+    compilation = flags.get("compilation-config") or {}
+    captures = compilation.get("cudagraph_capture_sizes") if isinstance(compilation, dict) else None
+    capture = 0 if flags.get("enforce-eager") is True else max(captures or [math.inf])
+    speculative = flags.get("speculative-config") or {}
+    return (
+        _number(flags.get("max-num-seqs")),
+        capture,
+        _number(flags.get("kv-cache-memory-bytes")),
+        _number(flags.get("gpu-memory-utilization")),
+        int(speculative.get("num_speculative_tokens", 0)) if speculative else 0,
+        flags.get("kv-transfer-config") is not None,
+        _number(flags.get("max-num-batched-tokens")),
+        entry.key,
+    )
+
+
+def _flags(key: str) -> dict:
+    """The launch flags in a config's key (``lattice.config_key``); none in a key made
+    otherwise (a test's name)."""
+    try:
+        found = json.loads(key)
+    except json.JSONDecodeError:
+        return {}
+    return found[1] if isinstance(found, list) and len(found) == 2 else {}
+
+
+def _number(value: object) -> float:
+    """A numeric flag's value, a size with a suffix too (``7G``, as vLLM reads it); unset
+    (the engine's default) or unreadable sorts last."""
+    if isinstance(value, bool) or value is None:
+        return math.inf
+    if isinstance(value, int | float):
+        return float(value)
+    found = re.fullmatch(r"\s*([\d.]+)\s*([kmgt]?)i?b?\s*", str(value), re.IGNORECASE)
+    if found is None:
+        return math.inf
+    try:
+        number = float(found[1])
+    except ValueError:
+        return math.inf
+    return number * 1024 ** ("kmgt".find(found[2].lower()) + 1) if found[2] else number

@@ -11,6 +11,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, TypeVar
@@ -50,11 +51,17 @@ def _init_worker(state: Any, die_with_parent: Callable[[], None] | None) -> None
 
 
 def forked_map(
-    function: Callable[[Item], Result], items: Sequence[Item], *, state: Any, workers: int
+    function: Callable[[Item], Result],
+    items: Sequence[Item],
+    *,
+    state: Any,
+    workers: int,
+    deadline: float | None = None,
 ) -> Iterator[Result]:
     """``function`` of every item, in order, on ``workers`` forked processes that see
     ``state`` through ``worker_state()``; a consumer that stops early leaves the items
-    not yet started undone."""
+    not yet started undone. At ``deadline`` (a ``time.monotonic()`` value) the results
+    end: the items not started are cancelled, those under way finish (one per worker)."""
     context = multiprocessing.get_context("fork")
     pool = ProcessPoolExecutor(
         max_workers=workers,
@@ -66,6 +73,11 @@ def forked_map(
         with interrupt_after_forks():  # the first submit forks every worker
             futures = [pool.submit(function, item) for item in items]
         for future in futures:
-            yield future.result()
+            left_s = None if deadline is None else deadline - time.monotonic()
+            try:
+                found = future.result(timeout=left_s if left_s is None else max(0.0, left_s))
+            except TimeoutError:
+                return
+            yield found
     finally:
         pool.shutdown(wait=True, cancel_futures=True)

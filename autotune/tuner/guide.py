@@ -58,6 +58,9 @@ class Guide:
     unpredicted: np.ndarray | None = None  # True where the warm start's budget ran out first
     seconds: float = 0.0  # time spent enumerating and predicting
     cached: int = 0  # predictions the cache already held (not predicted by this run)
+    stopped: int = 0  # configs of the budget left unpredicted by the safety stop
+    budget_configs: int | None = None  # the warm start's budget in configs (None: all)
+    budget_s: float | None = None  # its safety stop in wall seconds (None: none)
     by_key: dict[str, int] = field(default_factory=dict)
     backoff: MemoryBackoff = field(default_factory=MemoryBackoff)  # learned from OOM launches
     shortfall: np.ndarray = field(init=False)  # NaN where not predicted to run at all
@@ -99,7 +102,14 @@ class Guide:
 
     @property
     def predicted(self) -> int:
+        """Candidates predicted to meet every constraint."""
         return int(np.isfinite(self.utility).sum())
+
+    @property
+    def known(self) -> int:
+        """Lattice candidates with a prediction (this run's, the cache's, the study's)."""
+        assert self.unpredicted is not None
+        return int((~self.unpredicted).sum())
 
     @property
     def presumed_oom(self) -> np.ndarray:
@@ -215,8 +225,9 @@ def build_guide(
     say: Callable[[str], None] | None = None,
 ) -> Guide:
     """Enumerate, pre-screen and predict the lattice (see the module docstring); ``say``
-    hears the phase, and predicting stops after ``budget_s`` seconds or
-    ``max_predictions`` predictions (what the cache holds is free) with what it has."""
+    hears the phase. The budget is ``max_predictions`` configs of ``warm_start_queue``
+    (None: all), of which only those the cache lacks are predicted (what it holds beyond
+    them is used too); ``budget_s`` seconds is a safety stop that keeps what it has."""
     started = time.monotonic()
     memo_key = (space.digest(), model, engine_version, id(prescreen))
     if memo_key not in _ENUMERATIONS:
@@ -233,29 +244,28 @@ def build_guide(
         ]
     candidates = _ENUMERATIONS[memo_key]
     cache = {} if cache is None else cache
-    missing = [c for c in candidates if c.key not in cache]
-    cached = len(candidates) - len(missing)
+    queue = warm_start_queue(candidates, max_predictions)
+    missing = [c for c in queue if c.key not in cache]
     say = say or (lambda _: None)
     if missing:
         say(
             f"Warm start: predicting {len(missing):,} configs on the simulator"
-            + (f" ({cached:,} more from the prediction cache)" if cached else "")
+            + (
+                f" ({len(queue) - len(missing):,} more from the prediction cache)"
+                if len(queue) > len(missing)
+                else ""
+            )
             + " ..."
         )
-    stopped = _predict_within(oracle, missing, cache, budget_s, started, max_predictions)
+    stopped = _predict_within(oracle, missing, cache, budget_s, started)
     if missing:
-        done = len(missing) - stopped
-        said = f"Warm start: predicted {done:,} of {len(missing):,} configs in "
+        said = f"Warm start: predicted {len(missing) - stopped:,} of {len(missing):,} configs in "
         said += f"{time.monotonic() - started:.0f} s"
-        if stopped and done == max_predictions:
+        if stopped:
             said += (
-                f"; {max_predictions:,} predictions are enough for this budget of trials, "
-                f"the other {stopped:,} are left to the search"
-            )
-        elif stopped:
-            said += (
-                f"; stopped at the {budget_s:.0f}-s budget, the other {stopped:,} are left "
-                "to the search"
+                f"; stopped by the {budget_s:g}-s safety stop (warm_start_budget_s; the "
+                f"lattice's enumeration is never cut), the other {stopped:,} are left to the "
+                "search"
             )
         say(said)
     utility = np.full(len(candidates), np.nan)
@@ -273,18 +283,22 @@ def build_guide(
         scores=scores,
         unpredicted=np.array([c.key not in cache for c in candidates], dtype=bool),
         seconds=time.monotonic() - started,
-        cached=cached,
+        cached=sum(c.key in cache for c in candidates) - (len(missing) - stopped),
+        stopped=stopped,
+        budget_configs=max_predictions,
+        budget_s=budget_s,
     )
 
 
 def warm_start_queue(
-    missing: list[Candidate], budget_s: float | None, max_predictions: int | None
+    candidates: list[Candidate], max_predictions: int | None = None
 ) -> list[Candidate]:
-    """What the warm start predicts, in order: with a time budget or a cap, a fixed
-    shuffle, so that a stop leaves a sample of the whole space."""
-    spread = budget_s or max_predictions is not None
-    order = np.random.default_rng(0).permutation(len(missing)) if spread else range(len(missing))
-    return [missing[i] for i in order][:max_predictions]
+    """What the warm start predicts, in order: a fixed shuffle of the whole lattice (so
+    that a cap, or a safety stop, leaves a sample of the whole space), its first
+    ``max_predictions`` (None: all). The same lattice and count give the same configs
+    however fast the machine is and whatever the cache already holds."""
+    order = np.random.default_rng(0).permutation(len(candidates))
+    return [candidates[i] for i in order][:max_predictions]
 
 
 def _predict_within(
@@ -293,17 +307,17 @@ def _predict_within(
     cache: PredictionCache,
     budget_s: float | None,
     started: float,
-    max_predictions: int | None = None,
 ) -> int:
-    """Predict ``missing`` into ``cache`` in ``warm_start_queue``'s order; returns how many
-    were left unpredicted."""
-    queue = warm_start_queue(missing, budget_s, max_predictions)
-    results = predict_iter(oracle, [c.config for c in queue])
+    """Predict ``missing`` into ``cache`` in order until ``budget_s`` seconds after
+    ``started`` (the safety stop; a prediction under way is not waited for past it);
+    returns how many were left unpredicted."""
+    deadline = None if budget_s is None else started + budget_s
+    results = predict_iter(oracle, [c.config for c in missing], deadline=deadline)
+    done = 0
     try:
-        for done, (candidate, scored) in enumerate(zip(queue, results, strict=False)):
+        for candidate, scored in zip(missing, results, strict=False):
             cache[candidate.key] = scored
-            if budget_s is not None and time.monotonic() - started > budget_s:
-                return len(missing) - done - 1
+            done += 1
     finally:
         results.close()
-    return len(missing) - len(queue)
+    return len(missing) - done

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -26,6 +27,7 @@ from autotune.tuner.forked import default_workers, forked_map, worker_state
 from autotune.workload.plan import WorkloadPlan
 
 PARALLEL_ABOVE = 64  # fewer configs than this are predicted in this process
+_STOPPED = object()  # the results ended at the deadline
 
 
 @dataclass(frozen=True)
@@ -98,33 +100,51 @@ def predict_all(
 
 
 def predict_iter(
-    oracle: SimOracle, configs: Sequence[TrialConfig], *, workers: int | None = None
+    oracle: SimOracle,
+    configs: Sequence[TrialConfig],
+    *,
+    workers: int | None = None,
+    deadline: float | None = None,
 ) -> Iterator[Score | None]:
-    """``predict_all`` one result at a time: a consumer that stops early (a time budget,
-    an interrupt) leaves the configs not yet started unpredicted."""
-    slots, distinct = modelled_alike(oracle, configs)
+    """``predict_all`` one result at a time: a consumer that stops early (an interrupt)
+    leaves the configs not yet started unpredicted, and so does ``deadline`` (a
+    ``time.monotonic()`` value): the results end there, without waiting for the
+    predictions under way."""
+    slots, distinct = modelled_alike(oracle, configs, deadline=deadline)
     workers = workers or default_workers()
     if len(distinct) < PARALLEL_ABOVE or workers < 2:
-        results: Iterator[Score | None] = (oracle.score(config) for config in distinct)
+        results: Iterator[Score | None] = (
+            oracle.score(config)
+            for config in distinct
+            if deadline is None or time.monotonic() < deadline
+        )
     else:
-        results = forked_map(_score_in_worker, distinct, state=oracle, workers=workers)
+        results = forked_map(
+            _score_in_worker, distinct, state=oracle, workers=workers, deadline=deadline
+        )
     scored: list[Score | None] = []
     for slot in slots:  # a config's distinct one is never later than the configs before it
         while len(scored) <= slot:
-            scored.append(next(results))
+            found = next(results, _STOPPED)
+            if found is _STOPPED:
+                return
+            scored.append(found)  # type: ignore[arg-type]  # not _STOPPED: checked above
         yield scored[slot]
 
 
 def modelled_alike(
-    oracle: SimOracle, configs: Sequence[TrialConfig]
+    oracle: SimOracle, configs: Sequence[TrialConfig], *, deadline: float | None = None
 ) -> tuple[list[int], list[TrialConfig]]:
     """The configs the simulator models differently, in order of first appearance, and
     for each of ``configs`` the index of the one that stands for it (fp8_e4m3 and
-    fp8_e5m2 KV, say: the same bytes and speed, so one prediction serves both)."""
+    fp8_e5m2 KV, say: the same bytes and speed, so one prediction serves both); at
+    ``deadline`` (``time.monotonic()``) it stops, with the slots of the configs before."""
     index: dict[object, int] = {}
     slots: list[int] = []
     distinct: list[TrialConfig] = []
     for config in configs:
+        if deadline is not None and time.monotonic() >= deadline:
+            break
         sim = oracle.sim_config(config)
         key: object = tuple(config.vllm_args()) if sim is None else sim.as_modelled()
         if key not in index:

@@ -26,8 +26,23 @@ class WarmStartSummary(BaseModel):
 
     effective_configs: int = Field(description="distinct launches of the space that fit")
     predicted_feasible: int = Field(description="of those, predicted to meet every constraint")
-    seconds: float = Field(description="time spent enumerating and predicting")
+    seconds: float = Field(description="the latest run's time enumerating and predicting")
     seeds: int = Field(description="predicted-best configs launched right after the baseline")
+    predicted_configs: int | None = Field(
+        default=None, description="of the effective configs, those predicted (null: all)"
+    )
+    predicted_now: int | None = Field(
+        default=None, description="of those, predicted by the latest run (the rest were stored)"
+    )
+    safety_stop_s: float | None = Field(
+        default=None, description="the latest run's safety stop, when it fired (null: did not)"
+    )
+
+    @property
+    def unpredicted(self) -> int:
+        """Effective configs never predicted (the budget or the safety stop left them)."""
+        known = self.effective_configs if self.predicted_configs is None else self.predicted_configs
+        return self.effective_configs - known
 
 
 class Winner(BaseModel):
@@ -40,6 +55,11 @@ class Winner(BaseModel):
     mean: float = Field(description="mean of its measurements (first objective)")
     spread: float = Field(description="sample standard deviation of them (0 with one)")
     measurements: int = Field(description="how many times it was measured")
+    tied_with: int = Field(
+        default=0,
+        description="other configs within the measurement noise of it; it needs least of "
+        "them (docs/tuner.md)",
+    )
 
 
 class TunerStudyRecord(BaseModel):

@@ -39,6 +39,7 @@ from autotune.tuner.confirm import (
     duel,
     exploration_gain,
     race,
+    tie_group,
 )
 from autotune.tuner.guide import Guide, PredictionCache, build_guide, utility_of
 from autotune.tuner.lattice import Candidate
@@ -63,6 +64,15 @@ PARALLEL_TARGETS = 3  # workers in the tail together re-measure among this many 
 # replaced (a seed within it is still a contender: the simulator's MTP predictions spread
 # by 2-4% between nearby acceptances).
 RESEED_MARGIN = 0.05
+
+
+def warm_start_configs(settings: TunerSettings, n_trials: int | None) -> int | None:
+    """How many lattice configs the warm start predicts at most (None: all): the
+    ``warm_start_configs`` setting, else ``PREDICTIONS_PER_TRIAL`` per trial of
+    ``--trials`` (a ``--timeout`` run: all)."""
+    if settings.warm_start_configs is not None:
+        return settings.warm_start_configs
+    return None if n_trials is None else PREDICTIONS_PER_TRIAL * n_trials
 
 
 class Tuner:
@@ -113,7 +123,7 @@ class Tuner:
                 maximize=maximize,
                 cache=cache,
                 budget_s=settings.warm_start_budget_s,
-                max_predictions=None if n_trials is None else PREDICTIONS_PER_TRIAL * n_trials,
+                max_predictions=warm_start_configs(settings, n_trials),
                 say=say,
             )
             self.guide.backoff = self.backoff
@@ -383,14 +393,19 @@ class Tuner:
         return self.scheduled.roles.get(number) if self.scheduled is not None else None
 
     def describe_warm_start(self, study: optuna.Study) -> None:
-        """Store what the warm start predicted (a study attr), when there is one."""
-        if self.guide is None or not self._seeds:
+        """Store what the warm start knows and what this run predicted of it (a study attr),
+        when there is one."""
+        guide = self.guide
+        if guide is None or not self._seeds:
             return
         summary = WarmStartSummary(
-            effective_configs=len(self.guide.candidates),
-            predicted_feasible=self.guide.predicted,
-            seconds=round(self.guide.seconds, 1),
+            effective_configs=len(guide.candidates),
+            predicted_feasible=guide.predicted,
+            seconds=round(guide.seconds, 1),
             seeds=len(self._seeds),
+            predicted_configs=guide.known,
+            predicted_now=guide.known - guide.cached,
+            safety_stop_s=guide.budget_s if guide.stopped else None,
         )
         TunerStudyRecord(warm_start=summary).write(study)
 
@@ -493,8 +508,15 @@ class Tuner:
         )
 
     def store_crown(self, study: optuna.Study) -> Measured | None:
-        """Crown the best estimate and store it (study attr ``winner``)."""
-        winner = self.crowned()
+        """Crown the best estimate, or the config tied with it that needs least, and store
+        it (study attr ``winner``)."""
+        group = tie_group(
+            self.index,
+            maximize=self.maximize,
+            sampler=self.sampler,
+            prior=self.settings.crown_prior,
+        )
+        winner = group[0] if group else None
         if winner is not None:
             record = Winner(
                 trial=winner.first_trial,
@@ -502,6 +524,7 @@ class Tuner:
                 mean=winner.mean,
                 spread=winner.spread,
                 measurements=len(winner.samples),
+                tied_with=len(group) - 1,
             )
             TunerStudyRecord(winner=record).write(study)
         return winner
@@ -511,10 +534,16 @@ class Tuner:
         guide = self.guide
         if guide is None:
             return None
-        line = (
-            f"warm start: {len(guide.candidates):,} effective configs that fit, "
-            f"{guide.predicted:,} predicted feasible, in {guide.seconds:.0f} s"
-        )
+        total = len(guide.candidates)
+        line = f"warm start: {total:,} effective configs that fit, "
+        if guide.known < total:
+            why = (
+                f"the {guide.budget_s:g}-s safety stop fired"
+                if guide.stopped
+                else f"a budget of {guide.budget_configs:,} configs"
+            )
+            line += f"predicted {guide.known:,} of them ({why}; the rest left to the search), "
+        line += f"{guide.predicted:,} predicted feasible, in {guide.seconds:.0f} s"
         if guide.cached:
             line += f" ({guide.cached:,} of the predictions from the prediction cache)"
         return line

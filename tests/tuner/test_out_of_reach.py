@@ -127,8 +127,8 @@ def test_no_line_and_best_first_seeds_when_the_slo_is_in_reach() -> None:
 
 
 def test_what_the_warm_start_had_no_time_to_predict_comes_next_never_a_pre_screen_reject() -> None:
-    tuner, _ = make_tuner(  # the warm start stops after one prediction
-        "ttft_p95<=10ms", settings=TunerSettings(warm_start=1, warm_start_budget_s=1e-9)
+    tuner, _ = make_tuner(  # the warm start's budget: one prediction
+        "ttft_p95<=10ms", settings=TunerSettings(warm_start=1, warm_start_configs=1)
     )
     guide, sampler = tuner.guide, tuner.sampler
     assert guide is not None and sampler is not None
