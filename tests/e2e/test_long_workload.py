@@ -93,7 +93,7 @@ def test_the_warm_start_says_what_it_does_and_stops_at_its_budget(tmp_path: Path
     assert process.wait(timeout=280) == 0, output(tmp_path)
     logged = (tmp_path / "studies" / "runs" / "night" / "run.log").read_text()
     assert "Warm start: predicting " in logged and "configs on the simulator" in logged, logged
-    assert "stopped at the 1-s budget" in logged, logged
+    assert "stopped by the 1-s safety stop" in logged, logged
     assert logged.index("Warm start: predicting") < logged.index("trial 0 (baseline)")
     assert "trial None" not in logged
 

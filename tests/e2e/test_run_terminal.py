@@ -19,7 +19,9 @@ from autotune.results.reader import load_study
 from tests.e2e.conftest import REPO, SAMPLE_WORKLOAD
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[a-zA-Z]")
-STATUS = re.compile(r"(trial (\d+) \[\d+/3\]|\d+/3 trials done)[^\n\r]*? ETA (\d+):(\d\d)")
+# The live status line (" · ETA"), not a trial's end line (", ETA"): that one counts the
+# replay just measured, which may rightly raise the estimate.
+STATUS = re.compile(r"(trial (\d+) \[\d+/3\]|\d+/3 trials done)[^\n\r]*? · ETA (\d+):(\d\d)")
 
 
 def run_on_a_terminal(cwd: Path, *args: str, timeout_s: float) -> tuple[int, str]:
