@@ -896,8 +896,9 @@ def exhaustive(setup: dict, landscape: Landscape, truth: Truth) -> tuple[float, 
     missing = [c for c in candidates if c.key not in truth.values]
     scores = predict_all(truth.oracle, [c.config for c in missing])
     for candidate, scored in zip(missing, scores, strict=True):
-        value = scored.values[0] * truth.shape(candidate.config) if scored else None
-        truth.values[candidate.key] = value if scored and scored.feasible else None
+        feasible = scored is not None and scored.feasible
+        value = scored.values[0] * truth.shape(candidate.config) if feasible else None
+        truth.values[candidate.key] = value
     values = [v for c in candidates if (v := truth.value(c.config)) is not None]
     return max(values), len(candidates), time.monotonic() - started
 
