@@ -10,7 +10,9 @@ the unperturbed one with other random draws (``TRUTH_SEED``), so it never sees
 the truth. ``adverse`` truths also make
 MTP, large batches and mixed prefill steps worse than the simulator believes.
 ``readme-misled`` is the README's truth with MTP's later drafts rarely accepted: its
-optimum is far down the simulator's ranking. Each truth's header says how wrong the
+optimum is far down the simulator's ranking. ``readme-chunked`` differs in shape, not
+constants (``STRUCTURES``): its throughput falls past 3,000 batched tokens, between two
+lattice points. Each truth's header says how wrong the
 tuner's simulator is there: the optimum's rank in its prediction, the distance from the
 predicted optimum, and the true value of that and of the baseline (``misled_by``).
 The noise is paired: the k-th measurement of a config at one seed draws the same
@@ -21,17 +23,21 @@ factor in every strategy (``noise_factor``); each sampler has its own seed
 the truth plans its memory with its own constants (``truth_memory``: activation peak,
 CUDA-graph, non-torch and per-sequence memory off by -3% to +8%), so a config the
 pre-screen passes can be an OOM launch; every returned figure (throughput, latencies,
-acceptance counters) draws its own noise, Student-t tailed with rare outliers, and
-throughput drifts down slowly over the night; the landscape's SLO (the README's
-``ttft_p95<=20s``) is kept. In both, the warm start is held to its budget as on a first
-night on this machine (``warm_started``): the lattice is predicted once and timed, and a
-study's guide gets only the configs its warm start would have predicted in
-``warm_start_budget_s`` at that rate (and within its cap per trial), in its own order.
+acceptance counters, each draft position's among them) draws its own noise, Student-t
+tailed with rare outliers, and throughput drifts down slowly over the night; the
+landscape's SLO (the README's ``ttft_p95<=20s``) is kept. In both, the warm start is
+held to its budget as on a first night on this machine (``warm_started``): the lattice
+is predicted once and timed, and a study's guide gets only the configs its warm start
+would have predicted in ``warm_start_budget_s`` at that rate (and within its cap per
+trial), in its own order.
 
 Figures per landscape, truth and strategy (over seeds): launches to 95% / 99%
 of the truth's exhaustive optimum over the lattice (the true, noise-free
 value of the config the tool would hand over after that launch; confirmation
-launches included), OOM launches per study, modelled GPU-hours to 99%
+launches included), and until the crown stays at 99% to the end; launches per study
+(every strategy gets its full budget: ``MAX_TRIALS``) and how many first launches are the
+same config in every seed (how far the seeds are independent: the default's baseline and
+warm-start seeds come from the predictions alone), OOM launches per study, modelled GPU-hours to 99%
 (startup included) and per study, the true value of the final winner; with
 pruning, trials pruned per study and would-be winners pruned (a pruned config
 within 1% of the optimum, or better than what the tool would hand over then).
@@ -104,7 +110,10 @@ OUTLIER_RATE = 0.02  # ... and, this often, a measurement off by up to OUTLIER_S
 OUTLIER_SIZE = 0.25
 DRIFT_PER_LAUNCH = 0.002  # the harsh bench's slow drift: throughput lost per launch so far
 TRUTH_SEED = 1  # the truth's simulator draws MTP acceptance from other streams than the tuner's
-MAX_TRIALS = 90  # trials per study, launched or not (pre-screened, duplicates)
+# Trials per study without confirmation, launched or not (pre-screened, duplicates): enough
+# that every baseline gets its full launch budget (at 90, random studies on the 24 GB
+# landscape stopped after 4-11 launches, the pre-screen rejecting most draws).
+MAX_TRIALS = 1000
 
 
 def noise_factor(
@@ -151,17 +160,31 @@ def noised_stats(stats: ReplayStats, draw: Callable[[str], float], drift: float)
 
 
 def noised_server_stats(stats: ServerStats | None, draw: Callable[[str], float]):
-    """The server's acceptance counters with their own noise (the rate and mean length
-    follow the noised accepted tokens)."""
+    """The server's acceptance counters with their own noise: each draft position's
+    accepted share draws its own factor (kept at most the position before it: a deeper
+    draft is accepted only after the shallower ones), and the accepted tokens, rate and
+    mean length follow them. Recalibration learns from these counters, so one MTP launch
+    must not hand over the truth's acceptance exactly."""
     if stats is None or not stats.spec_decode_accepted_tokens or not stats.spec_decode_drafts:
         return stats
+    drafts = stats.spec_decode_drafts
     drafted = stats.spec_decode_draft_tokens or 0
-    accepted = min(round(stats.spec_decode_accepted_tokens * draw("accepted")), drafted)
+    positions = stats.spec_decode_acceptance_per_position
+    if positions:
+        noised: list[float] = []
+        for i, share in enumerate(positions):
+            ceiling = noised[-1] if noised else 1.0
+            noised.append(min(ceiling, share * draw(f"accepted:{i}")))
+        accepted = min(round(sum(noised) * drafts), drafted)
+    else:
+        noised = []
+        accepted = min(round(stats.spec_decode_accepted_tokens * draw("accepted")), drafted)
     return stats.model_copy(
         update={
             "spec_decode_accepted_tokens": accepted,
             "spec_decode_acceptance_rate": accepted / drafted if drafted else None,
-            "spec_decode_mean_acceptance_length": 1 + accepted / stats.spec_decode_drafts,
+            "spec_decode_mean_acceptance_length": 1 + accepted / drafts,
+            "spec_decode_acceptance_per_position": tuple(noised) or positions,
         }
     )
 
@@ -187,6 +210,7 @@ class Landscape:
     mtp_acceptance_factors: tuple[float, ...] = ()  # per draft position, on that draw's
     adverse: bool = True  # also run the adverse truth
     slos: tuple[str, ...] = ()  # the harsh bench's --slo (the gentle one has none)
+    structure: str | None = None  # a STRUCTURES entry: the truth differs in shape, not constants
 
 
 def generated(name: str, make: Callable[[], Workload]) -> Callable[[Path], Path]:
@@ -198,6 +222,19 @@ def generated(name: str, make: Callable[[], Workload]) -> Callable[[Path], Path]
     return write
 
 
+CHUNK_KNEE_TOKENS = 3000  # the chunked truth's knee: between the lattice's 2,048 and 4,096
+
+
+def chunk_knee(config: TrialConfig) -> float:
+    """Throughput past a batched-tokens knee falls as the square root of the excess (a
+    prefill chunk that no longer fits the card's caches slows every mixed step): a shape
+    the simulator's constants cannot take, with the optimum between the lattice's points."""
+    tokens = int(config.flags.get("max-num-batched-tokens") or CHUNK_KNEE_TOKENS)
+    return min(1.0, (CHUNK_KNEE_TOKENS / tokens) ** 0.5)
+
+
+# The truth's throughput factor of a config, by name (``Landscape.structure``).
+STRUCTURES: dict[str, Callable[[TrialConfig], float]] = {"chunk-knee": chunk_knee}
 README_SLOS = ("ttft_p95<=20s",)  # the README quick start's
 LANDSCAPES = {
     "readme": Landscape(
@@ -276,6 +313,20 @@ LANDSCAPES = {
         adverse=False,
         slos=README_SLOS,
     ),
+    # A truth that differs from the simulator in shape (``chunk_knee``), not only in its
+    # constants: throughput falls past 3,000 batched tokens, between two lattice points.
+    "readme-chunked": Landscape(
+        "readme-chunked",
+        "rtx4080s-32g",
+        "qwen3.6-27b-awq",
+        SEARCH_SPACES_DIR / "qwen3.6-27b-awq.yaml",
+        lambda _: REPO / "workloads" / "sample-claudecode.jsonl",
+        LoadSpec(),
+        truth_of="readme",
+        adverse=False,
+        slos=README_SLOS,
+        structure="chunk-knee",
+    ),
 }
 
 
@@ -341,6 +392,7 @@ class Truth:
     values: dict[str, float | None] = field(default_factory=dict)  # noise-free, None: infeasible
     memory: MemoryPerturbation | None = None
     max_prompt_tokens: int = 0  # the workload's longest prompt: its prefill's transient
+    structure: Callable[[TrialConfig], float] | None = None  # a shape the simulator lacks
 
     def oom(self, config: TrialConfig) -> Failure | None:
         """The truth's own OOM for ``config`` (at startup, or the load's largest prefill)."""
@@ -386,7 +438,13 @@ class Truth:
         if key not in self.values:
             scored = self.oracle.score(config)
             self.values[key] = scored.values[0] if scored and scored.feasible else None
+            if self.values[key] is not None:
+                self.values[key] *= self.shape(config)  # type: ignore[operator]
         return self.values[key]
+
+    def shape(self, config: TrialConfig) -> float:
+        """The structural factor on ``config``'s throughput (1.0 without a structure)."""
+        return 1.0 if self.structure is None else self.structure(config)
 
 
 @dataclass
@@ -403,6 +461,7 @@ class StudyLog:
     pruned: int = 0  # launches stopped early
     winners_pruned: int = 0  # ... whose config is within 1% of the optimum
     improvers_pruned: int = 0  # ... whose config beats what the tool would hand over then
+    launched: list[str] = field(default_factory=list)  # each launch's config (a short digest)
 
 
 def in_process_measure(
@@ -428,6 +487,7 @@ def in_process_measure(
         if (failure := truth.oom(config)) is not None:
             prediction = prediction.model_copy(update={"failure": failure})
         log.launches += 1
+        log.launched.append(digest_of(config_key(config)))
         log.launched_best = max(log.launched_best, truth.value(config) or 0.0)
         log.last_launched = True
         argv = [
@@ -452,7 +512,8 @@ def in_process_measure(
         def draw(figure: str) -> float:
             return noise_factor(label, seed, key, k, figure=figure, harsh=harsh)
 
-        stats = prediction.stats
+        shape = truth.shape(config)
+        stats = noised_stats(prediction.stats, lambda _: 1.0, 1.0 - shape)
         drift = DRIFT_PER_LAUNCH * (log.launches - 1) if harsh else 0.0
         factor = draw("throughput" if harsh else "") * (1.0 - drift)
         if harsh:
@@ -468,7 +529,7 @@ def in_process_measure(
             )
         replay_s = stats.duration_s
         for point in prediction.progress if on_progress is not None else ():
-            seen = replace(point, output_tok_s=point.output_tok_s * factor)
+            seen = replace(point, output_tok_s=point.output_tok_s * factor * shape)
             if on_progress(seen):  # type: ignore[misc]  # not None in this loop
                 result.stats = result.stats.model_copy(
                     update={
@@ -715,6 +776,30 @@ def first_reaching(curve: list[float], level: float) -> int | None:
     return next((i + 1 for i, value in enumerate(curve) if value >= level - 1e-9), None)
 
 
+def settled_at(curve: list[float], level: float) -> int | None:
+    """The launch from which the handed-over config stays at ``level`` to the end."""
+    if not curve or curve[-1] < level - 1e-9:
+        return None
+    start = len(curve)
+    while start > 0 and curve[start - 1] >= level - 1e-9:
+        start -= 1
+    return start + 1
+
+
+def shared_launches(logs: list[StudyLog]) -> int:
+    """How many first launches are the same config in every study: how far the seeds are
+    independent (the default's baseline and warm-start seeds come from the predictions
+    alone, so they are one plan under independent noise)."""
+    if len(logs) < 2:
+        return 0
+    shared = 0
+    for launches in zip(*(log.launched for log in logs), strict=False):
+        if len(set(launches)) > 1:
+            break
+        shared += 1
+    return shared
+
+
 def summarize(logs: list[StudyLog], budget: int, optimum: float) -> dict:
     """The figures of one strategy's studies, against ``optimum`` (true tok/s)."""
     curves = [[value / optimum for value in log.handed_over] for log in logs]
@@ -731,6 +816,7 @@ def summarize(logs: list[StudyLog], budget: int, optimum: float) -> dict:
         return None if any(v is None for v in values) else max(values)  # type: ignore[type-var]
 
     to99, to95 = launches(0.99), launches(0.95)
+    stays99 = [settled_at(curve, 0.99) for curve in curves]
     hours = [
         sum(log.seconds[:n]) / 3600 if n is not None else None
         for log, n in zip(logs, to99, strict=True)
@@ -742,6 +828,10 @@ def summarize(logs: list[StudyLog], budget: int, optimum: float) -> dict:
     return {
         "median_launches_to_99": med(to99),
         "worst_launches_to_99": worst(to99),
+        "median_launches_to_stay_99": med(stays99),
+        "worst_launches_to_stay_99": worst(stays99),
+        "launches_per_study": statistics.fmean(log.launches for log in logs),
+        "same_first_launches": shared_launches(logs),
         "median_launches_to_95": med(to95),
         "worst_launches_to_95": worst(to95),
         "oom_launches_per_study": statistics.fmean(log.oom_launches for log in logs),
@@ -806,7 +896,9 @@ def exhaustive(setup: dict, landscape: Landscape, truth: Truth) -> tuple[float, 
     missing = [c for c in candidates if c.key not in truth.values]
     scores = predict_all(truth.oracle, [c.config for c in missing])
     for candidate, scored in zip(missing, scores, strict=True):
-        truth.values[candidate.key] = scored.values[0] if scored and scored.feasible else None
+        feasible = scored is not None and scored.feasible
+        value = scored.values[0] * truth.shape(candidate.config) if feasible else None
+        truth.values[candidate.key] = value
     values = [v for c in candidates if (v := truth.value(c.config)) is not None]
     return max(values), len(candidates), time.monotonic() - started
 
@@ -1018,6 +1110,7 @@ def main() -> None:
                 values=cache.setdefault(f"{truth_key}:values", {}),
                 memory=truth_memory(name) if harsh else None,
                 max_prompt_tokens=max((r.prompt_tokens for r in spec.plan.requests), default=0),
+                structure=STRUCTURES[landscape.structure] if landscape.structure else None,
             )
             optimum, count, seconds = exhaustive(setup, landscape, truth)
             fill_tuner(setup, cache.setdefault("warm_start_s", {}), f"{name}:tuner:{setup_key}")
@@ -1087,6 +1180,10 @@ def format_row(row: dict) -> str:
     return (
         f"  {row['strategy']:<30} to99 med {fmt(row['median_launches_to_99']):>4} "
         f"worst {fmt(row['worst_launches_to_99']):>4} "
+        f"| stays99 med {fmt(row.get('median_launches_to_stay_99')):>4} "
+        f"worst {fmt(row.get('worst_launches_to_stay_99')):>4} "
+        f"| launches {row.get('launches_per_study', 0):.1f} "
+        f"(first {row.get('same_first_launches', 0)} alike in every seed) "
         f"| to95 med {fmt(row['median_launches_to_95']):>4} "
         f"worst {fmt(row['worst_launches_to_95']):>4} "
         f"| OOM/study {row['oom_launches_per_study']:.1f} "

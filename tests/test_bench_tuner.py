@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import statistics
 import sys
@@ -185,6 +186,31 @@ def test_the_harsh_bench_noises_every_figure_each_with_its_own_draw():
     drifted = bench.noised_stats(stats, draw, 0.1)
     assert drifted.output_throughput_tok_s < noised.output_throughput_tok_s
     assert drifted.ttft.p95 > noised.ttft.p95
+
+
+def test_the_harsh_bench_noises_each_draft_position_s_acceptance():
+    """Recalibration learns from the per-position counters: they draw their own noise
+    (before, one MTP launch handed over the truth's acceptance exactly), deeper positions
+    never above shallower ones, and the totals follow them."""
+    truth = (0.9, 0.7, 0.4)
+    server = bench.ServerStats(
+        spec_decode_drafts=1000,
+        spec_decode_draft_tokens=3000,
+        spec_decode_accepted_tokens=2000,
+        spec_decode_acceptance_per_position=truth,
+    )
+    for seed in range(20):
+
+        def draw(figure: str, seed: int = seed) -> float:
+            return bench.noise_factor("readme", seed, "mtp", 0, figure=figure, harsh=True)
+
+        noised = bench.noised_server_stats(server, draw)
+        shares = noised.spec_decode_acceptance_per_position
+        assert shares is not None and len(shares) == 3
+        assert all(a != b for a, b in zip(shares, truth, strict=True))
+        assert all(deeper <= shallower for shallower, deeper in itertools.pairwise(shares))
+        assert noised.spec_decode_accepted_tokens == round(sum(shares) * 1000)
+        assert abs(noised.spec_decode_mean_acceptance_length - 1 - sum(shares)) < 1e-3
 
 
 def test_the_harsh_truth_ooms_where_the_pre_screen_said_the_config_fits(tmp_path):

@@ -285,7 +285,8 @@ class Tuner:
             return None
         point, centre = proposal
         home = found[centre.key]
-        guess = Belief(home.mean + self.local.shift(point, centre), home.var + NEIGHBOUR_SD**2)
+        shift, shift_var = self.local.prior(point, centre)
+        guess = Belief(home.mean + shift, home.var + NEIGHBOUR_SD**2 + shift_var)
         order = [found[entry.key] for entry in leaders]
         launch = guess.gain(order[0].mean, crownable=False)
         if len(order) > 1 and launch <= max(

@@ -141,7 +141,12 @@ def test_the_search_stops_when_no_neighbour_improves_and_racing_takes_the_tail(c
             break
         launched.append(params)
         centre = driven.study.trials[role.neighbour_of].params  # a measured config
-        assert len(_changed(params, centre)) == 1 and driven.allowed(params)
+        changed = _changed(params, centre)  # one knob, and the chunk lowered for it to fit
+        assert len(changed) == 1 or (
+            changed[1:] == ["max_num_batched_tokens"]
+            and params["max_num_batched_tokens"] < centre["max_num_batched_tokens"]
+        )
+        assert driven.allowed(params)
     assert role is not None and role.confirms is not None  # re-measuring, not searching
     assert 2 <= len(launched) < 15, len(launched)  # it stopped: no neighbour left
     keys = [driven.key_of(p) for p in launched]
@@ -182,3 +187,34 @@ def test_a_resumed_study_believes_a_neighbour_as_the_study_that_launched_it(case
     resumed.rebuild(driven.study, driven.key_of)
     assert resumed.index.by_key[lucky.key].centre == 0  # read back from the trial record
     assert resumed.crowned().key == before
+
+
+def test_a_step_that_does_not_fit_lowers_the_chunk_and_finds_the_optimum_between_points(
+    case,
+) -> None:
+    """The harsh long-context bench in small: the leader runs at the edge of what fits and
+    is predicted to run (1,218 batched tokens, max-num-seqs 2), and the truth's optimum is
+    max-num-seqs 3, off the lattice (1, 2, 4, 8), with a long chunk (with 1,024 tokens it
+    is far worse); max-num-seqs 3 beside 1,218 tokens is not allowed. Before, the step up
+    from the leader found nothing to launch, and the optimum was reachable only around
+    max-num-seqs 3 with 1,024 tokens, believed far behind: the tail re-measured and handed
+    over the leader. Now the step lowers the chunk until it fits (about 1,208 tokens)."""
+    spec, cache = case
+    settings = TunerSettings(explore_tail=False)
+    driven = Study(spec, cache, settings, 30)
+    base = driven.tuner.guide.diverse_top(1)[0].params
+    leader = {**base, "max_num_batched_tokens": 1218}
+    assert driven.allowed(leader) and not driven.allowed({**leader, "max_num_seqs": 3})
+    driven.measured(leader, 62.0, runs=30 - driven.tuner.confirm_slots)
+
+    def truth(params: dict[str, Any], role: Role | None) -> float:
+        if params["max_num_seqs"] != 3:
+            return 55.0
+        return 70.0 if params["max_num_batched_tokens"] >= 1200 else 40.0
+
+    for _ in range(8):
+        driven.next(truth)
+    crowned = driven.tuner.crowned()
+    assert crowned is not None and crowned.params["max_num_seqs"] == 3
+    tokens = crowned.params["max_num_batched_tokens"]
+    assert 1200 <= tokens < 1218 and driven.allowed(crowned.params)
