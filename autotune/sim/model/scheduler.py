@@ -453,6 +453,151 @@ class SimEngineCore:
             return None
         return self._decode_chunks(until_s, steps, self._plain_chunk, waiting)
 
+    def prefill_run(self, until_s: float, *, blocked_until_s: float) -> DecodeRun | None:
+        """Run the coming steps at once while the last running request prefills a full
+        chunk beside plain decode steps of all the others.
+
+        In such a step the chunk takes what budget the decoders leave, so no waiting
+        request is tried; the run takes only steps where no decoder finishes, the chunk
+        is not the prompt's last, every new block fits without an eviction and no cache
+        entry the chunks fill is cached already. Steps start before ``min(until_s,
+        blocked_until_s)`` (the caller's next event and next reading of the queue).
+        Returns None otherwise: call ``step()``. The result equals as many ``step()``
+        calls (same clock, counters, random draws, prefix-cache order and peaks); its
+        steps were ``waited`` through, as step-by-step deliveries keep their gaps.
+        """
+        running = self._running
+        until_s = min(until_s, blocked_until_s)
+        if self._dead is not None or not running or self.clock_s >= until_s:
+            return None
+        k, memory = self._num_spec, self.memory
+        per_seq = 1 + k
+        prefill, decoders = running[-1], running[:-1]
+        budget = memory.max_num_batched_tokens
+        chunk = budget - len(decoders) * per_seq
+        remaining = prefill.num_prompt + prefill.num_output - prefill.num_computed
+        if chunk < 2 or remaining <= chunk:
+            return None
+        steps = min(MAX_RUN_STEPS, (remaining - 1) // chunk)  # chunks short of the last
+        for state in decoders:
+            if state.num_prompt + state.num_output - state.num_computed != 1:
+                return None
+            if state.num_output == 0 or not state.holds_state:
+                return None
+            steps = min(steps, (state.max_tokens - state.num_output - 1) // per_seq)
+        transient = (
+            memory.transient_prefill_bytes_per_token * budget
+            + memory.transient_bytes_per_seq * len(running)
+        )
+        if steps < 2 or transient > memory.headroom_bytes or not prefill.holds_state:
+            return None
+        kv = self._kv
+        if not kv.fills_new_entries(prefill, prefill.num_computed + steps * chunk):
+            return None
+        accepted = [self._accepted_run(state, steps) if k else [0] * steps for state in decoders]
+        before = [
+            list(itertools.accumulate((1 + a for a in drafts[:-1]), initial=state.num_computed))
+            for state, drafts in zip(decoders, accepted, strict=True)
+        ]
+        steps = self._steps_that_grow(before, prefill.num_computed, chunk, steps)
+        if steps < 2:
+            return None
+        self.peak_transient_bytes = max(self.peak_transient_bytes, transient)
+        ends = self._prefill_steps(steps, before, prefill.num_computed, chunk, until_s)
+        taken = len(ends)
+        grown = [[tokens + per_seq for tokens in context[:taken]] for context in before]
+        grown.append([prefill.num_computed + step * chunk for step in range(1, taken + 1)])
+        kv.grow_steps(running, grown)
+        prefill.num_computed += taken * chunk
+        kv.cache_full_blocks(prefill)
+        done = [taken + sum(drafts[:taken]) for drafts in accepted]
+        for state, extra in zip(decoders, done, strict=True):
+            state.num_computed += extra
+            state.num_output += extra
+        counters = self.counters
+        if k:
+            depths = Counter(a for drafts in accepted for a in drafts[:taken])
+            for position in range(k):
+                counters.spec_decode_accepted_per_pos[position] += sum(
+                    n for depth, n in depths.items() if depth > position
+                )
+            counters.spec_decode_num_drafts += len(decoders) * taken
+            counters.spec_decode_num_draft_tokens += len(decoders) * k * taken
+            counters.spec_decode_num_accepted_tokens += sum(done) - len(decoders) * taken
+        counters.generation_tokens += sum(done)
+        start_s = self.clock_s
+        self.clock_s = ends[-1]
+        self._update_gauges()
+        return DecodeRun(
+            start_s=start_s,
+            step_end_s=np.array(ends, dtype=np.float64),
+            request_ids=[state.request.request_id for state in decoders],
+            tokens=done,
+            waited=True,
+        )
+
+    def _steps_that_grow(
+        self, before: list[list[int]], computed: int, chunk: int, steps: int
+    ) -> int:
+        """The most of a prefill run's ``steps`` whose blocks the pool can grow (evicting
+        if it must), as ``_schedule`` grows them without preempting anyone."""
+        per_seq = 1 + self._num_spec
+
+        def fits(count: int) -> bool:
+            grown = [tokens[count - 1] + per_seq for tokens in before]
+            grown.append(computed + count * chunk)
+            return self._kv.can_grow_all(self._running, grown)
+
+        if fits(steps):
+            return steps
+        low, high = 0, steps  # fits(low) (no step at all), not fits(high)
+        while high - low > 1:
+            middle = (low + high) // 2
+            if fits(middle):
+                low = middle
+            else:
+                high = middle
+        return low
+
+    def _prefill_steps(
+        self, steps: int, before: list[list[int]], computed: int, chunk: int, until_s: float
+    ) -> list[float]:
+        """The clock at the end of each step of a prefill run that starts before ``until_s``
+        (``before``: each decoder's context before each step; ``computed``: the prefilling
+        request's), each step's shape summed as ``_shape`` sums it."""
+        k = self._num_spec
+        per_seq = 1 + k
+        num_decoders = len(before)
+        num_spec = num_decoders if k else 0
+        half = chunk / 2
+        half_seq = per_seq / 2
+        clock_s, ends = self.clock_s, []
+        for index in range(steps):
+            if clock_s >= until_s:
+                break
+            context, pairs = 0, 0.0
+            for tokens in before:
+                context += tokens[index]
+                pairs += per_seq * (tokens[index] + half_seq)
+            prefill_context = computed + index * chunk
+            context += prefill_context
+            pairs += chunk * (prefill_context + half)
+            shape = StepShape(
+                num_seqs=num_decoders + 1,
+                num_prefill_tokens=chunk,
+                num_decode_tokens=num_decoders * per_seq,
+                context_tokens=context,
+                attention_pairs=pairs,
+                num_spec_seqs=num_spec,
+                num_draft_passes=k if num_spec else 0,
+                external_load_tokens=0,
+                num_output_seqs=num_decoders,
+                num_logit_tokens=num_decoders * per_seq,
+            )
+            clock_s = clock_s + self._noisy(shape)
+            ends.append(clock_s)
+        return ends
+
     def _admission_fails(self) -> bool:
         """Whether the next plain decode step's admission of the first waiting request
         fails (no room, even evicting), as it then does in every plain decode step after
