@@ -21,13 +21,7 @@ from autotune.sim.model.hardware import get_gpu
 from autotune.sim.model.memory import plan_memory
 from autotune.sim.model.models import get_model
 from autotune.sim.model.scheduler import SimEngineCore, SimRequest
-from autotune.sim.model.timing import (
-    DecodeSteps,
-    PrefillSteps,
-    RooflineTimeModel,
-    decode_times_s,
-    prefill_times_s,
-)
+from autotune.sim.model.timing import DecodeSteps, RooflineTimeModel, decode_times_s
 from autotune.sim.model.units import GIB
 from autotune.sim.virtual.predict import predict
 from autotune.workload import load_plan
@@ -133,28 +127,6 @@ def test_decode_times_equal_step_time_bit_for_bit(mtp: int) -> None:
         assert batch.tolist() == one_by_one  # exact, not approx
         # A model without the batch form is asked step by step, with the same result.
         assert decode_times_s(_StepByStep(model), steps).tolist() == one_by_one
-
-
-@pytest.mark.parametrize("mtp", [0, 1, 3])
-def test_prefill_times_equal_step_time_bit_for_bit(mtp: int) -> None:
-    config = qwen(kv_cache_memory_bytes=9 * GIB, num_speculative_tokens=mtp, max_num_seqs=64)
-    model = RooflineTimeModel(
-        get_gpu(config.hardware), get_model(config.model), plan_memory(config), enforce_eager=False
-    )
-    draw = random.Random(mtp)
-    for num_decoders, chunk in ((0, 1024), (3, 997), (8, 4000), (40, 16_000)):
-        contexts = [
-            sorted(draw.randrange(0, 200_000) for _ in range(30)) for _ in range(num_decoders)
-        ]
-        steps = PrefillSteps(
-            num_drafts=mtp,
-            chunk=chunk,
-            decode_contexts=np.array(contexts, dtype=np.int64).reshape(num_decoders, 30),
-            prefill_contexts=draw.randrange(0, 9000) + np.arange(30, dtype=np.int64) * chunk,
-        )
-        one_by_one = [model.step_time_s(steps.shape(i)) for i in range(30)]
-        assert model.prefill_times_s(steps).tolist() == one_by_one  # exact, not approx
-        assert prefill_times_s(_StepByStep(model), steps).tolist() == one_by_one
 
 
 class _StepByStep:

@@ -46,12 +46,10 @@ from autotune.sim.model.speed_constants import DEFAULT_CONSTANTS, SpeedConstants
 from autotune.sim.model.step_results import DecodeRun, EngineCounters, StepResult, TokenOutput
 from autotune.sim.model.timing import (
     DecodeSteps,
-    PrefillSteps,
     RooflineTimeModel,
     StepShape,
     StepTimeModel,
     decode_times_s,
-    prefill_times_s,
 )
 
 MIN_NOISE_FACTOR = 0.05  # a noisy step never takes less than 5% of its modelled time
@@ -566,17 +564,39 @@ class SimEngineCore:
     ) -> list[float]:
         """The clock at the end of each step of a prefill run that starts before ``until_s``
         (``before``: each decoder's context before each step; ``computed``: the prefilling
-        request's)."""
-        prefill = PrefillSteps(
-            num_drafts=self._num_spec,
-            chunk=chunk,
-            decode_contexts=np.array([tokens[:steps] for tokens in before], dtype=np.int64).reshape(
-                len(before), steps
-            ),
-            prefill_contexts=computed + np.arange(steps, dtype=np.int64) * chunk,
-        )
-        durations = prefill_times_s(self._time_model, prefill)
-        return self._step_ends(self.clock_s, durations, until_s).tolist()
+        request's), each step's shape summed as ``_shape`` sums it."""
+        k = self._num_spec
+        per_seq = 1 + k
+        num_decoders = len(before)
+        num_spec = num_decoders if k else 0
+        half = chunk / 2
+        half_seq = per_seq / 2
+        clock_s, ends = self.clock_s, []
+        for index in range(steps):
+            if clock_s >= until_s:
+                break
+            context, pairs = 0, 0.0
+            for tokens in before:
+                context += tokens[index]
+                pairs += per_seq * (tokens[index] + half_seq)
+            prefill_context = computed + index * chunk
+            context += prefill_context
+            pairs += chunk * (prefill_context + half)
+            shape = StepShape(
+                num_seqs=num_decoders + 1,
+                num_prefill_tokens=chunk,
+                num_decode_tokens=num_decoders * per_seq,
+                context_tokens=context,
+                attention_pairs=pairs,
+                num_spec_seqs=num_spec,
+                num_draft_passes=k if num_spec else 0,
+                external_load_tokens=0,
+                num_output_seqs=num_decoders,
+                num_logit_tokens=num_decoders * per_seq,
+            )
+            clock_s = clock_s + self._noisy(shape)
+            ends.append(clock_s)
+        return ends
 
     def _admission_fails(self) -> bool:
         """Whether the next plain decode step's admission of the first waiting request

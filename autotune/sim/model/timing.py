@@ -77,47 +77,6 @@ class DecodeSteps:
         )
 
 
-@dataclass(frozen=True)
-class PrefillSteps:
-    """Consecutive steps where one sequence prefills ``chunk`` tokens beside
-    ``len(decode_contexts)`` plain decoders: only the contexts change between them."""
-
-    num_drafts: int  # MTP drafts per decoder and step (0: no speculation)
-    chunk: int  # prompt tokens the prefilling sequence computes each step
-    decode_contexts: np.ndarray  # int64, decoders x steps: each decoder's context before each
-    prefill_contexts: np.ndarray  # int64: the prefilling sequence's context before each step
-
-    def context_and_pairs(self) -> tuple[np.ndarray, np.ndarray]:
-        """Each step's context tokens and attention pairs, summed as the scheduler sums them
-        (decoders in order, then the prefill)."""
-        per_seq = 1 + self.num_drafts
-        pairs = np.zeros(len(self.prefill_contexts), dtype=np.float64)
-        for contexts in self.decode_contexts:
-            pairs += per_seq * (contexts + per_seq / 2)
-        pairs += self.chunk * (self.prefill_contexts + self.chunk / 2)
-        context = self.decode_contexts.sum(axis=0) + self.prefill_contexts
-        return context, pairs
-
-    def shape(self, index: int) -> StepShape:
-        """Step ``index`` as the scheduler's ``step()`` describes it."""
-        context, pairs = self.context_and_pairs()
-        num_decoders = len(self.decode_contexts)
-        decode_tokens = num_decoders * (1 + self.num_drafts)
-        num_spec = num_decoders if self.num_drafts else 0
-        return StepShape(
-            num_seqs=num_decoders + 1,
-            num_prefill_tokens=self.chunk,
-            num_decode_tokens=decode_tokens,
-            context_tokens=int(context[index]),
-            attention_pairs=float(pairs[index]),
-            num_spec_seqs=num_spec,
-            num_draft_passes=self.num_drafts if num_spec else 0,
-            external_load_tokens=0,
-            num_output_seqs=num_decoders,
-            num_logit_tokens=decode_tokens,
-        )
-
-
 class StepTimeModel(Protocol):
     """Anything that turns a step into seconds of modelled GPU time."""
 
@@ -131,16 +90,6 @@ def decode_times_s(model: StepTimeModel, steps: DecodeSteps) -> np.ndarray:
     if batch is not None:
         return batch(steps)
     count = len(steps.context_tokens)
-    return np.array([model.step_time_s(steps.shape(i)) for i in range(count)], dtype=np.float64)
-
-
-def prefill_times_s(model: StepTimeModel, steps: PrefillSteps) -> np.ndarray:
-    """Each step's duration: the model's own batch form when it has one (the same
-    floats), else ``step_time_s`` step by step."""
-    batch = getattr(model, "prefill_times_s", None)
-    if batch is not None:
-        return batch(steps)
-    count = len(steps.prefill_contexts)
     return np.array([model.step_time_s(steps.shape(i)) for i in range(count)], dtype=np.float64)
 
 
@@ -286,40 +235,3 @@ class RooflineTimeModel:
                 + constants.spec_per_seq_overhead_s * shape.num_spec_seqs
             )
         return np.maximum(time_s, constants.host_per_output_s * shape.num_seqs)
-
-    def prefill_times_s(self, steps: PrefillSteps) -> np.ndarray:
-        """``step_time_s`` of every step of ``steps`` at once, bit for bit (as
-        ``decode_times_s``: the same operations in the same order, over the steps)."""
-        memory, constants = self._memory, self._constants
-        shape = steps.shape(0)
-        num_tokens = shape.num_tokens
-        tokens, overhead_s = self._padded_tokens(num_tokens, True)
-        state_writes = 1 + (memory.num_speculative_tokens if shape.num_spec_seqs else 0)
-        context, pairs = steps.context_and_pairs()
-        bytes_moved = (
-            self._weight_stream_bytes
-            + (context + num_tokens) * memory.attention_bytes_per_token
-            + shape.num_seqs * memory.state_bytes_per_request * (1 + state_writes)
-        )
-        flops = (
-            2 * self._body_params * tokens
-            + 2 * self._lm_head_params * shape.num_logit_tokens
-            + self._attn_flops_per_pair * pairs
-            + self._linear_flops_per_token * tokens
-        )
-        memory_s = bytes_moved / self._bandwidth
-        compute_s = self._compute_s(flops, shape.num_prefill_tokens / max(1, num_tokens))
-        time_s = np.maximum(memory_s, compute_s) + constants.overlap_penalty * np.minimum(
-            memory_s, compute_s
-        )
-        time_s += overhead_s + constants.per_seq_overhead_s * shape.num_seqs
-        if shape.num_draft_passes:
-            draft_bytes = self._model.mtp_draft_read_bytes
-            draft_memory_s = draft_bytes / self._bandwidth
-            draft_compute_s = self._compute_s(draft_bytes * shape.num_spec_seqs)
-            time_s += shape.num_draft_passes * (
-                max(draft_memory_s, draft_compute_s)
-                + constants.draft_pass_overhead_s
-                + constants.spec_per_seq_overhead_s * shape.num_spec_seqs
-            )
-        return np.maximum(time_s, constants.host_per_output_s * shape.num_output_seqs)
