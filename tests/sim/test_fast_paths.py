@@ -8,7 +8,6 @@ a warm start predicts 1,707 configs and none of it may move a prediction by one 
 from __future__ import annotations
 
 import hashlib
-import math
 import random
 from pathlib import Path
 
@@ -20,7 +19,6 @@ from autotune.sim.model.config import SimConfig
 from autotune.sim.model.hardware import get_gpu
 from autotune.sim.model.memory import plan_memory
 from autotune.sim.model.models import get_model
-from autotune.sim.model.scheduler import SimEngineCore, SimRequest
 from autotune.sim.model.timing import DecodeSteps, RooflineTimeModel, decode_times_s
 from autotune.sim.model.units import GIB
 from autotune.sim.virtual.predict import predict
@@ -134,45 +132,3 @@ class _StepByStep:
 
     def __init__(self, model: RooflineTimeModel) -> None:
         self.step_time_s = model.step_time_s
-
-
-def _prefilling(config: SimConfig, noise: float) -> SimEngineCore:
-    """An engine where one request decodes while a long prompt is one chunk into its prefill."""
-    engine = SimEngineCore(config, seed=3, noise=noise)
-    engine.add_request(SimRequest("short", np.arange(1, 300), max_tokens=500))
-    engine.step()  # its whole prompt and first token
-    engine.add_request(SimRequest("long", np.arange(1000, 9000), max_tokens=10))
-    engine.step()  # admitted beside the decoder: its first chunk
-    return engine
-
-
-def _books(engine: SimEngineCore) -> tuple:
-    """What the scheduler and its block pool keep, past the counters."""
-    return (
-        [(s.num_computed, s.num_output, s.num_positions, s.pinned) for s in engine._running],
-        engine.kv_pool.used_blocks(),
-        engine.kv_pool.peak_demand_blocks,
-        engine.peak_transient_bytes,
-        engine.time_model.token_counts,
-    )
-
-
-@pytest.mark.parametrize("noise", [0.0, 0.05])
-@pytest.mark.parametrize("mtp", [0, 2])
-def test_a_prefill_run_equals_its_steps(mtp: int, noise: float) -> None:
-    config = qwen(
-        kv_cache_memory_bytes=6 * GIB,
-        num_speculative_tokens=mtp,
-        max_num_seqs=8,
-        max_num_batched_tokens=1024,
-    )
-    fast, slow = _prefilling(config, noise), _prefilling(config, noise)
-    run = fast.prefill_run(math.inf, blocked_until_s=math.inf)
-    assert run is not None and run.num_steps >= 5 and run.request_ids == ["short"]
-    results = [slow.step() for _ in range(run.num_steps)]
-    assert run.step_end_s.tolist() == [r.start_s + r.duration_s for r in results]
-    assert run.tokens == [sum(o.new_tokens for r in results for o in r.outputs)]
-    assert all(len(r.outputs) == 1 and r.num_prefill_tokens > 0 for r in results)
-    assert fast.clock_s == slow.clock_s and fast.counters == slow.counters
-    assert _books(fast) == _books(slow)
-    assert fast.step().outputs == slow.step().outputs  # the same next step (the last chunk)

@@ -269,40 +269,6 @@ class KvCacheManager:
                 return step
         return len(before[0])
 
-    def can_grow_all(self, running: Sequence[RequestState], num_tokens: Sequence[int]) -> bool:
-        """Whether every request can grow to hold ``num_tokens`` of context (one count each;
-        their state blocks already held), evicting if it must; changes nothing."""
-        block_size = self.block_size
-        needed = 0
-        for state, tokens in zip(running, num_tokens, strict=True):
-            needed += max(0, -(-tokens // block_size) - state.num_positions)
-        needed *= self._groups
-        free = self._total_blocks - self.used_blocks()
-        if needed <= free:
-            return True
-        return self._cache.num_evictable >= math.ceil((needed - free) / self._entry_blocks)
-
-    def grow_steps(
-        self, running: Sequence[RequestState], num_tokens: Sequence[Sequence[int]]
-    ) -> None:
-        """Grow each request to ``num_tokens[i][step]`` step after step, as ``step()``'s
-        schedules do (checked to succeed by ``can_grow_all`` on the last step's counts)."""
-        block_size = self.block_size
-        for step_tokens in zip(*num_tokens, strict=True):
-            for state, tokens in zip(running, step_tokens, strict=True):
-                if tokens > state.num_positions * block_size:
-                    grown = self.grow(state, tokens)
-                    assert grown, "can_grow_all said these blocks fit"
-
-    def fills_new_entries(self, state: RequestState, num_computed: int) -> bool:
-        """Whether the cache entries ``state`` fills up to ``num_computed`` tokens are all
-        new to the cache (so caching them moves no block between in use and free)."""
-        hashes = state.hashes
-        if not self.caching or hashes is None:
-            return True
-        filled = min(num_computed // self.unit_tokens, len(hashes))
-        return not any(self._cache.holds(hashes[i]) for i in range(len(state.pinned), filled))
-
     def grow_decode(self, running: Sequence[RequestState], num_tokens: Sequence[int]) -> None:
         """Hold blocks for ``num_tokens`` of context per request (checked to fit by
         ``decode_steps_that_fit``)."""

@@ -69,10 +69,6 @@ class PrefixCache:
         """Cached entries no running request uses (free memory that still hits)."""
         return len(self._evictable)
 
-    def holds(self, block_hash: int) -> bool:
-        """Whether ``block_hash`` is cached (pinned or free)."""
-        return block_hash in self._refs
-
     def match(self, hashes: Sequence[int]) -> int:
         """How many leading ``hashes`` are cached."""
         refs = self._refs

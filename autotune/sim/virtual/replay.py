@@ -243,10 +243,7 @@ class VirtualReplay:
                     break
                 engine.advance_to(next_send_s)
                 continue
-            until_s = self._next_event_s()
-            run = engine.decode_run(until_s, blocked_until_s=next_scrape_s) or engine.prefill_run(
-                until_s, blocked_until_s=next_scrape_s
-            )
+            run = engine.decode_run(self._next_event_s(), blocked_until_s=next_scrape_s)
             if run is not None:
                 self._deliver_run(run)
             else:
