@@ -100,6 +100,13 @@ def with_tp(config: TrialConfig, tp: int) -> TrialConfig:
     return config.model_copy(update={"flags": flags | ({TP_FLAG: tp} if tp > 1 else {})})
 
 
+def space_with_tp(space: SearchSpace, tp: int) -> SearchSpace:
+    """``space`` with every trial sharded over ``tp`` GPUs (TP 1: unchanged)."""
+    if tp == 1:
+        return space
+    return space.model_copy(update={"fixed": space.fixed | {TP_FLAG: tp}})
+
+
 def _tuned(
     inputs: PlanInputs, gpu: str, tp: int, replicas: int, say: Callable[[str], None]
 ) -> TrialConfig:
@@ -107,12 +114,9 @@ def _tuned(
     ``replicas``."""
     share_plan = split_plan(inputs.plan, replicas)[0]
     share_load = split_load(inputs.load, replicas)[0]
-    space = inputs.space
-    if tp > 1:
-        space = space.model_copy(update={"fixed": space.fixed | {TP_FLAG: tp}})
     say(f"{gpu} TP {tp}: tuning the space for one of {replicas} replica(s) on the simulator")
     tuned = tune_space(
-        space,
+        space_with_tp(inputs.space, tp),
         gpu=gpu,
         model=inputs.model,
         sim_model=inputs.sim_model,
