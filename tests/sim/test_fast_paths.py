@@ -30,8 +30,8 @@ SAMPLE = REPO / "workloads" / "sample-claudecode.jsonl"
 # The Prediction JSON of each case (sha256, 16 hex) as 6e1cab5 computed it, before the
 # fast paths (re-recorded when the memory report gained tensor_parallel_size: one new
 # field, every number the same): plain decode runs, MTP 1-3, LMCache, fp8, a pool so
-# small it preempts, with and without step noise. A deliberate change to the simulator's model changes these:
-# then record them anew (print ``digest(case, noise)`` for each).
+# small it preempts, with and without step noise. A deliberate change to the simulator's
+# model changes these: then record them anew (print ``digest(case, noise)`` for each).
 CASES = {
     "plain": {"kv_cache_memory_bytes": 9 * GIB, "max_num_seqs": 8, "max_num_batched_tokens": 2048},
     "mtp3-fp8": {
