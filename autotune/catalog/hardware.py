@@ -14,6 +14,7 @@ from autotune.errors import InputError
 CATALOG_FILE = "gpus.yaml"
 SpecT = TypeVar("SpecT", bound=BaseModel)
 DEFAULT_MAX_CUDAGRAPH_CAPTURE_SIZE = 512  # vllm/config/vllm.py _set_cudagraph_sizes
+MAX_TENSOR_PARALLEL_SIZE = 8  # the GPUs of one node: the simulator models no multi-node TP
 
 
 class GpuSpec(BaseModel):
@@ -32,6 +33,8 @@ class GpuSpec(BaseModel):
     fp8_flops: float
     int4_flops: float
     pcie_bytes_s: float
+    interconnect_bytes_s: float  # GPU to GPU, a direction (tensor-parallel all-reduces)
+    interconnect_latency_s: float  # one small all-reduce
     non_torch_bytes: int
 
 

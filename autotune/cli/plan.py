@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from autotune.catalog.hardware import get_gpu
+from autotune.catalog.hardware import MAX_TENSOR_PARALLEL_SIZE, get_gpu
 from autotune.catalog.models import get_model
 from autotune.catalog.prices import default_prices, parse_prices, price_for
 from autotune.cli._common import StorageOption, console, handle_errors
@@ -148,7 +148,9 @@ def plan(
     ] = None,
     tp: Annotated[
         list[int] | None,
-        typer.Option("--tp", help="Tensor-parallel sizes (the simulator models 1)."),
+        typer.Option(
+            "--tp", min=1, help="Tensor-parallel sizes to consider (repeatable; default 1)."
+        ),
     ] = None,
     price: Annotated[
         list[str] | None,
@@ -201,9 +203,11 @@ def plan(
     gpus = list(gpu or DEFAULT_GPUS)
     for name in gpus:
         get_gpu(name)
-    if any(size != 1 for size in tp or [1]):
+    tp_sizes = sorted(set(tp or [1]))
+    if tp_sizes[-1] > MAX_TENSOR_PARALLEL_SIZE:
         raise InputError(
-            "--tp: the simulator models tensor parallelism 1 only (sim/server/flags.py)"
+            f"--tp {tp_sizes[-1]}: the simulator models one node of at most "
+            f"{MAX_TENSOR_PARALLEL_SIZE} GPUs"
         )
     if calibration is not None and study is not None:
         raise InputError("give one of --calibration and --study")
@@ -234,8 +238,9 @@ def plan(
         usd = price_for(prices, name)
         if usd is None:
             raise InputError(f"--gpu {name}: no price; give --price {name}=USD_PER_HOUR")
-        others = [c.config for c in candidates if c.config is not None]
-        candidates.append(plan_gpu(inputs, name, usd, say, others=others))
+        for size in tp_sizes:
+            others = [c.config for c in candidates if c.config is not None]
+            candidates.append(plan_gpu(inputs, name, usd, say, tp=size, others=others))
     ranked = rank(candidates)
     limits = ", ".join(limit.text for limit in goal.slos)
     title = f"{sim_name}: {workload_plan.name} at {describe(load)}, {limits}"

@@ -30,6 +30,7 @@ from autotune.trial.objective import Goal
 from autotune.workload.plan import WorkloadPlan
 
 TOKENS_PER_MILLION = 1_000_000
+TP_FLAG = "tensor-parallel-size"
 MAX_TUNINGS = 3  # per GPU kind
 
 
@@ -93,13 +94,29 @@ def applying(
     return calibration if calibration.model in (None, model) else None
 
 
-def _tuned(inputs: PlanInputs, gpu: str, replicas: int, say: Callable[[str], None]) -> TrialConfig:
-    """The space tuned for ``gpu`` at one replica's share of the load over ``replicas``."""
+def with_tp(config: TrialConfig, tp: int) -> TrialConfig:
+    """``config`` sharded over ``tp`` GPUs (TP 1: vLLM's default, no flag)."""
+    flags = {name: value for name, value in config.flags.items() if name != TP_FLAG}
+    return config.model_copy(update={"flags": flags | ({TP_FLAG: tp} if tp > 1 else {})})
+
+
+def space_with_tp(space: SearchSpace, tp: int) -> SearchSpace:
+    """``space`` with every trial sharded over ``tp`` GPUs (TP 1: unchanged)."""
+    if tp == 1:
+        return space
+    return space.model_copy(update={"fixed": space.fixed | {TP_FLAG: tp}})
+
+
+def _tuned(
+    inputs: PlanInputs, gpu: str, tp: int, replicas: int, say: Callable[[str], None]
+) -> TrialConfig:
+    """The space tuned for ``gpu`` x ``tp`` at one replica's share of the load over
+    ``replicas``."""
     share_plan = split_plan(inputs.plan, replicas)[0]
     share_load = split_load(inputs.load, replicas)[0]
-    say(f"{gpu}: tuning the space for one of {replicas} replica(s) on the simulator")
+    say(f"{gpu} TP {tp}: tuning the space for one of {replicas} replica(s) on the simulator")
     tuned = tune_space(
-        inputs.space,
+        space_with_tp(inputs.space, tp),
         gpu=gpu,
         model=inputs.model,
         sim_model=inputs.sim_model,
@@ -144,19 +161,21 @@ def plan_gpu(
     usd_per_gpu_hour: float,
     say: Callable[[str], None],
     *,
+    tp: int = 1,
     others: Sequence[TrialConfig] = (),
 ) -> Candidate:
-    """The cheapest fleet of ``gpu`` (module docstring); ``others``: configs that won on
-    other GPU kinds, kept when one needs fewer replicas here (a tuning samples the space)."""
+    """The cheapest fleet of ``gpu`` with ``tp`` GPUs a replica (module docstring);
+    ``others``: configs that won on other candidates, kept (at this TP) when one needs fewer
+    replicas here (a tuning samples the space)."""
     calibration = applying(inputs.calibration, gpu, inputs.sim_model)
     best: tuple[FleetModel, FleetPrediction] | None = None
     replicas, tuned_for = 1, set()
     while replicas not in tuned_for and len(tuned_for) < MAX_TUNINGS:
         tuned_for.add(replicas)
         try:
-            config = _tuned(inputs, gpu, replicas, say)
+            config = _tuned(inputs, gpu, tp, replicas, say)
         except InputError as exc:  # NoConfigStarts too: nothing starts on the card
-            return Candidate(gpu, 1, usd_per_gpu_hour, None, None, None, str(exc))
+            return Candidate(gpu, tp, usd_per_gpu_hour, None, None, None, str(exc))
         model = FleetModel(
             config, gpu, inputs.sim_model, inputs.plan, inputs.goal, calibration=calibration
         )
@@ -167,9 +186,10 @@ def plan_gpu(
         if best is None or best[1].replicas == 1:
             break
         replicas = best[1].replicas - 1  # a config that meets the SLOs with one fewer?
-    for config in others:
+    for other in others:
         if best is None or best[1].replicas == 1:
             break
+        config = with_tp(other, tp)
         model = FleetModel(
             config, gpu, inputs.sim_model, inputs.plan, inputs.goal, calibration=calibration
         )
@@ -180,14 +200,14 @@ def plan_gpu(
             best = (model, fleet)
     if best is None:
         return Candidate(
-            gpu, 1, usd_per_gpu_hour, None, None, None,
+            gpu, tp, usd_per_gpu_hour, None, None, None,
             "no fleet meets the limits (one session per replica at most)",
         )  # fmt: skip
     model, fleet = best
     held, breaks_on = headroom(model, fleet.replicas, inputs.load)
     return Candidate(
         gpu=gpu,
-        tp=1,
+        tp=tp,
         usd_per_gpu_hour=usd_per_gpu_hour,
         replicas=fleet.replicas,
         config=model.config,

@@ -27,7 +27,9 @@ def row_cells(rank: int, candidate: Candidate) -> list[str]:
     stats = candidate.fleet.stats if candidate.fleet else None
     return [
         str(rank) if candidate.replicas is not None else "-",
-        candidate.gpu + (" (cal.)" if candidate.calibrated else ""),
+        candidate.gpu
+        + (f" TP {candidate.tp}" if candidate.tp > 1 else "")
+        + (" (cal.)" if candidate.calibrated else ""),
         _fmt(candidate.replicas, "d"),
         _fmt(candidate.gpus, "d"),
         _fmt(candidate.usd_per_hour, ",.2f"),

@@ -107,7 +107,7 @@ def test_vllm_parses_the_serve_args(tmp_path: Path) -> None:
     [
         (["--gpu", "b200"], "unknown hardware 'b200'"),
         (["--gpu", "h100-80g", "--speedup", "2"], "one of --sessions N, --speedup X, --rate"),
-        (["--gpu", "h100-80g", "--tp", "2"], "tensor parallelism 1 only"),
+        (["--gpu", "h100-80g", "--tp", "16"], "one node of at most 8 GPUs"),
         (["--gpu", "h100-80g", "--price", "h100=free"], "expected GPU=USD_PER_HOUR"),
     ],
 )

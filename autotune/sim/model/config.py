@@ -31,6 +31,7 @@ class SimConfig(BaseModel):
     block_size: int | None = None
     enforce_eager: bool = False
     seed: int = 0
+    tensor_parallel_size: int = 1  # GPUs of one node the model is sharded over
     # Per-position draft acceptance rates (a workload property); None: the model's default.
     mtp_acceptance: tuple[float, ...] | None = None
 

@@ -76,6 +76,7 @@ class MemoryReport(BaseModel):
     enable_prefix_caching: bool
     cudagraph_capture_sizes: list[int]
     num_speculative_tokens: int = 0
+    tensor_parallel_size: int = 1  # sizes above are one rank's
     kv_cache_dtype: str = "auto"
     # Geometry the scheduler needs.
     num_attention_groups: int = 1
@@ -187,6 +188,12 @@ def _validate(config: SimConfig, model: ModelSpec, max_model_len: int) -> None:
             f"Unsupported speculative method: 'mtp' ({model.name} has no draft head in the "
             "simulator's catalog)"
         )
+    tp = config.tensor_parallel_size
+    if tp < 1 or model.num_attention_heads % tp:
+        raise InputError(
+            f"Total number of attention heads ({model.num_attention_heads}) must be divisible "
+            f"by tensor parallel size ({tp})."
+        )
     if not 0 < config.gpu_memory_utilization <= 1:
         raise InputError(
             "gpu_memory_utilization must be in (0, 1], but got "
@@ -210,10 +217,25 @@ def _resolve_batch(config: SimConfig, gpu: GpuSpec, max_model_len: int) -> tuple
     return max_num_seqs, max_num_batched_tokens
 
 
+def per_rank_model(model: ModelSpec, tp: int) -> ModelSpec:
+    """The part of ``model`` one of ``tp`` ranks holds: KV and GDN heads split as vLLM
+    shards them (``get_num_kv_heads``: at least one KV head a rank, replicated below that)."""
+    if tp == 1:
+        return model
+    return model.model_copy(
+        update={
+            "num_kv_heads": max(1, model.num_kv_heads // tp),
+            "linear_num_key_heads": model.linear_num_key_heads // tp,
+            "linear_num_value_heads": model.linear_num_value_heads // tp,
+        }
+    )
+
+
 def plan_memory(
     config: SimConfig, *, held_bytes: int = 0, perturbation: MemoryPerturbation | None = None
 ) -> MemoryReport:
-    """The memory plan of ``config``, with vLLM's failure when it does not start.
+    """The memory plan of ``config`` (one GPU's, one rank's under tensor parallelism),
+    with vLLM's failure when it does not start.
 
     ``held_bytes``: GPU memory another process still holds (a previous trial's
     server not yet gone). ``perturbation``: factors on the model's memory constants.
@@ -241,8 +263,9 @@ def plan_memory(
             num_speculative_tokens=spec_tokens,
             max_num_batched_tokens=max_num_batched_tokens,
         )
+    tp = config.tensor_parallel_size
     layout = plan_layout(
-        model,
+        per_rank_model(model, tp),
         kv_cache_dtype=config.kv_cache_dtype,
         num_speculative_tokens=spec_tokens,
         enable_prefix_caching=prefix_caching,
@@ -251,7 +274,8 @@ def plan_memory(
     )
 
     vision = 0 if config.language_model_only else model.vision_bytes
-    weights = model.weights_bytes + vision + (model.mtp_head_bytes if spec_tokens else 0)
+    # Every weight is sharded over the ranks (embedding and lm_head vocab-parallel too).
+    weights = (model.weights_bytes + vision + (model.mtp_head_bytes if spec_tokens else 0)) // tp
     activation = int(
         bias.activation
         * (
@@ -355,6 +379,7 @@ def plan_memory(
         enable_prefix_caching=prefix_caching,
         cudagraph_capture_sizes=capture_sizes,
         num_speculative_tokens=spec_tokens,
+        tensor_parallel_size=tp,
         kv_cache_dtype=config.kv_cache_dtype,
         num_attention_groups=layout.num_attention_groups,
         state_blocks_per_request=layout.state_blocks_per_request,

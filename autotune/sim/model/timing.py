@@ -110,8 +110,19 @@ class RooflineTimeModel:
         self._constants = constants
         self._bandwidth = gpu.bandwidth_bytes_s * constants.bandwidth_efficiency
         self._pcie = gpu.pcie_bytes_s
-        self._peak_flops = gpu.fp8_flops if model.weight_format == "fp8" else gpu.bf16_flops
-        self._weight_stream_bytes = model.weights_bytes - model.embedding_bytes
+        # Tensor parallelism: each of ``tp`` ranks streams its shard of the weights (its KV
+        # heads are in ``memory``'s per-rank sizes) and computes its share of the FLOPs (as a
+        # peak ``tp`` times higher), then all-reduces twice a layer (``_all_reduce_s``).
+        tp = memory.tensor_parallel_size
+        peak_flops = gpu.fp8_flops if model.weight_format == "fp8" else gpu.bf16_flops
+        self._peak_flops = peak_flops * tp
+        self._weight_stream_bytes = (model.weights_bytes - model.embedding_bytes) // tp
+        self._all_reduces = 2 * model.num_layers if tp > 1 else 0
+        self._all_reduce_latency_s = gpu.interconnect_latency_s
+        # Ring all-reduce: each rank sends and receives 2 (tp - 1) / tp of the bf16 activations.
+        self._all_reduce_s_per_token = (
+            2 * (tp - 1) / tp * model.hidden_size * 2 / gpu.interconnect_bytes_s
+        )
         self._capture_sizes = list(memory.cudagraph_capture_sizes)
         self.token_counts: set[int] = set()  # every step's token count, before padding
         self._eager_overhead_s = constants.eager_overhead_per_layer_s * model.num_layers
@@ -145,6 +156,12 @@ class RooflineTimeModel:
         padded = self._capture_sizes[index]
         piecewise_s = constants.piecewise_overhead_s if has_prefill else 0.0
         return padded, constants.step_overhead_s + piecewise_s
+
+    def _all_reduce_s(self, tokens: int) -> float:
+        """The step's tensor-parallel all-reduces of ``tokens`` rows."""
+        return self._all_reduces * (
+            self._all_reduce_latency_s + tokens * self._all_reduce_s_per_token
+        )
 
     def _compute_s(self, flops: float, prefill_share: float = 0.0) -> float:
         """FLOPs over the peak; the prompt's share at the prefill efficiency."""
@@ -180,6 +197,8 @@ class RooflineTimeModel:
         compute_s = self._compute_s(flops, shape.num_prefill_tokens / max(1, shape.num_tokens))
         time_s = max(memory_s, compute_s) + constants.overlap_penalty * min(memory_s, compute_s)
         time_s += overhead_s + constants.per_seq_overhead_s * shape.num_seqs
+        if self._all_reduces:
+            time_s += self._all_reduce_s(tokens)
         if shape.num_draft_passes:
             draft_bytes = self._model.mtp_draft_read_bytes
             draft_memory_s = draft_bytes / self._bandwidth
@@ -225,6 +244,8 @@ class RooflineTimeModel:
             memory_s, compute_s
         )
         time_s += overhead_s + constants.per_seq_overhead_s * shape.num_seqs
+        if self._all_reduces:
+            time_s += self._all_reduce_s(tokens)
         if shape.num_draft_passes:
             draft_bytes = self._model.mtp_draft_read_bytes
             draft_memory_s = draft_bytes / self._bandwidth

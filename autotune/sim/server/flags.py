@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from autotune.catalog.hardware import get_gpu
+from autotune.catalog.hardware import MAX_TENSOR_PARALLEL_SIZE, get_gpu
 from autotune.catalog.models import get_model
 from autotune.errors import InputError
 from autotune.sim.model.calibration_profile import CalibrationProfile, load_profile
@@ -203,6 +203,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _tensor_parallel_size(text: str) -> int:
+    value = _positive_int(text)
+    if value > MAX_TENSOR_PARALLEL_SIZE:
+        raise argparse.ArgumentTypeError(
+            f"the simulator models one node of at most {MAX_TENSOR_PARALLEL_SIZE} GPUs, "
+            f"but got {text}"
+        )
+    return value
+
+
 def _tokenizer_path(text: str) -> str:
     if load_tokenizer(text) is None:
         raise argparse.ArgumentTypeError(
@@ -257,7 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--tokenizer", type=_tokenizer_path, default=None)
     add("--dtype", default="auto")
     add("-q", "--quantization", default=None)
-    add("-tp", "--tensor-parallel-size", type=int, choices=(1,), default=1)
+    add("-tp", "--tensor-parallel-size", type=_tensor_parallel_size, default=1)
     # Simulator only
     sim = parser.add_argument_group("simulator")
     sim.add_argument("--hardware", required=True, help="GPU catalog name")
@@ -343,6 +353,7 @@ def parse_serve_args(argv: list[str], *, environ: dict[str, str] | None = None) 
             block_size=ns.block_size,
             enforce_eager=ns.enforce_eager,
             seed=ns.seed,
+            tensor_parallel_size=ns.tensor_parallel_size,
         )
         faults = FaultConfig(
             crash_after_requests=ns.fault_crash_after_requests,

@@ -188,7 +188,7 @@ class StartupSequence:
                     "tokenizer": repr(sim.model),
                     "dtype": "torch.bfloat16",
                     "max_seq_len": memory.max_model_len,
-                    "tensor_parallel_size": 1,
+                    "tensor_parallel_size": sim.tensor_parallel_size,
                     "quantization": self._quantization(),
                     "enforce_eager": sim.enforce_eager,
                     "kv_cache_dtype": sim.kv_cache_dtype,
