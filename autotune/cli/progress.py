@@ -80,6 +80,9 @@ class Tally:
         self.best = best  # the study's best including earlier runs
         self.started = time.monotonic()
         self.trials_started: float | None = None  # the first trial's start (after warm start)
+        # A trial's start-up and replay (s) as estimated when the running trial started:
+        # new measurements move the ETA between trials, never while one counts down.
+        self.trial_estimate: tuple[float, float] | None = None
         self._counted: set[int] = set()
 
     def trial_started(self) -> None:
@@ -88,6 +91,7 @@ class Tally:
         if self.trials_started is None:
             self.trials_started = now
         self.trial_at, self.replay_at = now, None
+        self.trial_estimate = self._estimate()
 
     def phase(self, phase: str) -> None:
         """The running trial's server is up and its replay begins: a start-up measured."""
@@ -140,13 +144,19 @@ class Tally:
             return None
         return (time.monotonic() - self.trials_started) / self.done_now * left
 
+    def _estimate(self) -> tuple[float, float] | None:
+        """A trial's start-up and replay seconds: this run's means, the replay predicted
+        until one is measured."""
+        if self.replay_wall_s is None:
+            return None
+        return _mean(self.startups_s, 0.0), _mean(self.replays_s, self.replay_wall_s)
+
     def _predicted_eta_s(self, left: int) -> float:
-        startup_s = _mean(self.startups_s, 0.0)
-        assert self.replay_wall_s is not None
-        replay_s = _mean(self.replays_s, self.replay_wall_s)  # the prediction until measured
         now = time.monotonic()
-        if self.trial_at is None:  # between trials
+        if self.trial_at is None or self.trial_estimate is None:  # between trials
+            startup_s, replay_s = self._estimate() or (0.0, 0.0)
             return left * (startup_s + replay_s)
+        startup_s, replay_s = self.trial_estimate
         if self.replay_at is None:  # the running trial is starting its server
             rest_s = max(startup_s - (now - self.trial_at), 0.0) + replay_s
         else:
