@@ -54,9 +54,16 @@ StudyOption = Annotated[
 ]
 
 
+FILE_WIDTH = 250  # columns of a table printed into a file or a pipe (not a terminal)
+
+
 def console() -> Console:
-    """The console commands print to (stdout)."""
-    return Console()
+    """The console commands print to (stdout). Into a file or a pipe rich would assume 80
+    columns and cut a table's cells ("h100-…"); there it gets ``FILE_WIDTH`` unless
+    ``COLUMNS`` says otherwise."""
+    if sys.stdout.isatty() or "COLUMNS" in os.environ:
+        return Console()
+    return Console(width=FILE_WIDTH)
 
 
 def error_console() -> Console:

@@ -2,8 +2,8 @@
 Kubernetes Deployment + Service, each with the config's args as one list.
 
 The args are checked against `vllm serve`'s flag names (vLLM's own parser's list,
-``config/known_flags.py``; tests/fleet/test_deploy_vllm.py parses them with vLLM's parser
-where a vLLM venv exists) and the manifests are parsed back before they are written.
+``config/known_flags.py``; tests/fleet/test_deploy.py parses them with vLLM's parser where
+a vLLM venv exists) and the manifests are parsed back before they are written.
 Servers listen on 127.0.0.1 on a host; in a container on 0.0.0.0 (the container's port
 is published on 127.0.0.1 by docker, behind the Service in Kubernetes).
 """
@@ -31,6 +31,17 @@ ROUTER_NOTE = (
 )
 
 
+LMCACHE_NOTE = (
+    "this config uses LMCache (--kv-transfer-config LMCacheMPConnector): the server needs "
+    "the lmcache package beside vllm (pip install lmcache; check that the image has it)"
+)
+
+
+def notes(args: list[str]) -> list[str]:
+    """What the deploy files say above the servers: what their environment must hold."""
+    return [LMCACHE_NOTE] if any("LMCache" in arg for arg in args) else []
+
+
 def serve_args(config: TrialConfig, model: str) -> list[str]:
     """The `vllm serve` argv tail for ``model`` (a path or id): model first, then the flags.
 
@@ -53,7 +64,8 @@ def in_container(args: list[str]) -> list[str]:
 
 def serve_script(args: list[str], replicas: int, tp: int) -> str:
     """One `vllm serve` per replica on this host, each on its own GPUs and port."""
-    lines = ["#!/bin/sh", "# autotune plan: one vllm serve per replica (GPUs, port).", "set -e"]
+    lines = ["#!/bin/sh", "# autotune plan: one vllm serve per replica (GPUs, port).",
+             *(f"# {note}." for note in notes(args)), "set -e"]  # fmt: skip
     for replica in range(replicas):
         gpus = ",".join(str(replica * tp + i) for i in range(tp))
         argv = ["vllm", "serve", *args, "--host", "127.0.0.1", "--port", str(PORT + replica)]
@@ -65,6 +77,7 @@ def serve_script(args: list[str], replicas: int, tp: int) -> str:
 def docker_script(args: list[str], replicas: int, tp: int) -> str:
     """One `docker run` per replica; the model folder is the one to fill in."""
     lines = ["#!/bin/sh", "# autotune plan: set MODELS to the folder that holds the model.",
+             *(f"# {note}." for note in notes(args)),
              f"MODELS=${{MODELS:-/path/to/{FILL_ME}-models}}", "set -e"]  # fmt: skip
     args = in_container(args)
     for replica in range(replicas):
@@ -160,6 +173,7 @@ def write_deploy(
     manifests = kubernetes_manifests(args, replicas, tp, name)
     text = f"# autotune plan: {replicas} replica(s) of {tp} GPU(s).\n# Router: {ROUTER_NOTE}.\n"
     text += f"# Fill in the model volume ({FILL_ME}-model-pvc) before applying.\n"
+    text += "".join(f"# {note}.\n" for note in notes(args))
     text += yaml.safe_dump_all(manifests, sort_keys=False)
     check_manifests(text)
     written = {

@@ -55,6 +55,21 @@ def test_the_files_deploy_every_replica_with_the_args_as_a_list(tmp_path: Path) 
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
 
 
+def test_a_config_with_lmcache_says_its_servers_need_the_package(tmp_path: Path) -> None:
+    """Before: the files launched LMCacheMPConnector on an image that may lack lmcache,
+    and said nothing."""
+    lmcache = {"kv_connector": "LMCacheMPConnector", "kv_role": "kv_both"}
+    with_lmcache = CONFIG.model_copy(
+        update={"flags": {**CONFIG.flags, "kv-transfer-config": lmcache}}
+    )
+    write_deploy(tmp_path / "on", with_lmcache, model="m", replicas=1, tp=1, name="vllm-x")
+    write_deploy(tmp_path / "off", CONFIG, model="m", replicas=1, tp=1, name="vllm-x")
+    for file_name in ("serve.sh", "docker-run.sh", "kubernetes.yaml"):
+        assert "needs the lmcache package" in (tmp_path / "on" / file_name).read_text()
+        assert "lmcache" not in (tmp_path / "off" / file_name).read_text().lower()
+    check_manifests((tmp_path / "on" / "kubernetes.yaml").read_text())
+
+
 def test_a_flag_vllm_does_not_take_is_refused_by_name() -> None:
     bad = CONFIG.model_copy(update={"flags": {**CONFIG.flags, "max-num-seq": 8}})
     with pytest.raises(InputError, match="max-num-seq"):

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import typer
@@ -77,3 +80,18 @@ def test_explain_counts_one_oom_trial_in_words(storage_url: str) -> None:
     assert result.exit_code == 0, result.output
     text = " ".join(result.stdout.split())
     assert "1 trial ran out of memory (trial 1), but none differs" in text, text
+
+
+def test_show_into_a_file_keeps_every_cell_whole(study_url: str, tmp_path: Path) -> None:
+    """Before: stdout to a file was 80 columns and cut the table's cells ("kv_cache_m…")."""
+    out = tmp_path / "show.txt"
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    with out.open("w") as stdout:
+        done = subprocess.run(
+            [sys.executable, "-m", "autotune", "show", "--storage", study_url],
+            stdout=stdout, stderr=subprocess.PIPE, text=True, env=env, timeout=120,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    text = out.read_text()
+    assert "…" not in text, text
+    assert max(len(line) for line in text.splitlines()) > 80, text
