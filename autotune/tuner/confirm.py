@@ -173,8 +173,8 @@ def race(
 def disputed(index: MeasuredIndex, *, maximize: bool) -> Measured | None:
     """A config measured twice whose two runs disagree by more than ``DISPUTE_SD`` noise
     units (one of them odd, which one the two cannot tell) and whose better run is within
-    ``DISPUTE_REACH`` noise units of the leader: a third run settles it (``drift.fit`` then weighs the odd one down). The best
-    such, or None."""
+    ``DISPUTE_REACH`` noise units of the leader: a third run settles it (``drift.fit`` then
+    weighs the odd one down). The best such, or None."""
     levels = fit(index, maximize=maximize)
     if not levels.level:
         return None

@@ -534,9 +534,15 @@ class Tuner:
                 spread=winner.spread,
                 measurements=len(winner.samples),
                 tied_with=len(group) - 1,
+                drift_per_trial=round(self._drift(), 6),
             )
             TunerStudyRecord(winner=record).write(study)
         return winner
+
+    def _drift(self) -> float:
+        """The objective's relative change per trial the re-measurements show."""
+        slope = fit(self.index, maximize=self.maximize).slope  # utility: log, or -log
+        return math.expm1(slope if self.maximize else -slope)
 
     def describe(self) -> str | None:
         """One line on the warm start, or None without a guide."""
