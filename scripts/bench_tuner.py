@@ -41,7 +41,8 @@ warm-start seeds come from the predictions alone), OOM launches per study, model
 (startup included) and per study, the true value of the final winner; with
 pruning, trials pruned per study and would-be winners pruned (a pruned config
 within 1% of the optimum, or better than what the tool would hand over then).
-The truth's virtual replay reports its throughput so far as the HTTP replay
+``--raw`` keeps each launch's config digest, true value and measured throughput, to read
+why a crown fell back. The truth's virtual replay reports its throughput so far as the HTTP replay
 does; the study's pruner sees it (noise included) and may stop the trial:
 its modelled GPU time is then startup plus the replay up to that point.
 
@@ -462,6 +463,8 @@ class StudyLog:
     winners_pruned: int = 0  # ... whose config is within 1% of the optimum
     improvers_pruned: int = 0  # ... whose config beats what the tool would hand over then
     launched: list[str] = field(default_factory=list)  # each launch's config (a short digest)
+    launched_true: list[float] = field(default_factory=list)  # each launch's true tok/s
+    launched_seen: list[float] = field(default_factory=list)  # ... and what it measured (0: failed)
 
 
 def in_process_measure(
@@ -489,6 +492,8 @@ def in_process_measure(
         log.launches += 1
         log.launched.append(digest_of(config_key(config)))
         log.launched_best = max(log.launched_best, truth.value(config) or 0.0)
+        log.launched_true.append(truth.value(config) or 0.0)
+        log.launched_seen.append(0.0)
         log.last_launched = True
         argv = [
             truth.oracle.sim_model,
@@ -541,6 +546,7 @@ def in_process_measure(
                 _count_prune(log, truth.value(config), optimum)
                 break
         log.seconds.append(startup_s + replay_s)
+        log.launched_seen[-1] = result.stats.output_throughput_tok_s
         return result
 
     return measure

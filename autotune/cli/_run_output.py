@@ -27,6 +27,7 @@ from autotune.tuner.record import TunerStudyRecord, WarmStartSummary, Winner
 
 # Best vs baseline: a latency this much worse is called out, not left in the numbers.
 WORSE_LATENCY = 0.05
+DRIFT_WORTH_SAYING = 5e-4  # drift per trial a summary mentions (1.5% over 30 trials)
 LATENCIES = (("p95 TTFT", "ttft_p95_s", "ttft_p95"), ("p95 TPOT", "tpot_p95_s", "tpot_p95"))
 
 
@@ -155,7 +156,22 @@ def tuner_lines(loaded: LoadedStudy, metric: str) -> list[str]:
         )
     if winner and winner.tied_with:
         lines.append(f"  {tie_sentence(winner)}")
+    if winner and (drift := drift_sentence(winner, metric)):
+        lines.append(f"  {drift}")
     return lines
+
+
+def drift_sentence(winner: Winner, metric: str) -> str | None:
+    """The drift the re-measurements showed, when it is large enough to say (0.05% a
+    trial: 1.5% over 30 trials)."""
+    drift = winner.drift_per_trial
+    if abs(drift) < DRIFT_WORTH_SAYING:
+        return None
+    return (
+        f"re-measurements show the {metric} drifting {100 * drift:+.2f}% a trial over the "
+        "run (the hardware, not the configs); configs were compared with it taken out "
+        "(docs/tuner.md, drift and odd runs)"
+    )
 
 
 def warm_start_sentence(warm: WarmStartSummary) -> str:

@@ -8,7 +8,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from autotune.cli._run_output import tie_sentence, warm_start_sentence
+from autotune.cli._run_output import drift_sentence, tie_sentence, warm_start_sentence
 from autotune.config.trial_config import launched_value
 from autotune.errors import InputError
 from autotune.results.reader import LoadedStudy, TrialRow
@@ -59,6 +59,8 @@ def print_show(out: Console, loaded: LoadedStudy, *, limit: int | None = None) -
         )
     if crown is not None and crown.tied_with:
         out.print(tie_sentence(crown), highlight=False, soft_wrap=True)
+    if crown is not None and (drift := drift_sentence(crown, metric)):
+        out.print(drift, highlight=False, soft_wrap=True)
     warm = TunerStudyRecord.read(loaded.study.user_attrs).warm_start
     if warm is not None:
         out.print(warm_start_sentence(warm), highlight=False, soft_wrap=True)

@@ -23,12 +23,11 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import ndtr
 
-from autotune.tuner.guide import utility_of
-from autotune.tuner.measured import Measured, MeasuredIndex
+from autotune.tuner.drift import fit
+from autotune.tuner.measured import MEASUREMENT_SD, Measured, MeasuredIndex
 from autotune.tuner.residual import NOISE_SD
 from autotune.tuner.sampler import GuidedSampler
 
-MEASUREMENT_SD = 0.03  # run-to-run spread of one measurement (log scale)
 # How far a neighbour off the lattice may differ from its measured centre in ways the
 # simulator cannot tell (log scale): the prior of a neighbour's belief, centred on its
 # centre's measurements (``tuner.local``).
@@ -43,6 +42,10 @@ TIE_FLOOR = 1e-3
 # re-measurements show) ties with it: the measurements cannot tell which is better (under
 # 70% sure), so the one that needs least is crowned (``resource_order``).
 TIE_Z = 0.5
+# Two runs of one config this many noise units apart: one of them is odd (noise alone
+# parts two runs this far about once in 2,000 pairs).
+DISPUTE_SD = 4.0
+DISPUTE_REACH = 2.0
 
 
 @dataclass(frozen=True)
@@ -86,17 +89,18 @@ def beliefs(
     if prior and sampler is not None and sampler.learn:
         mean, spread = sampler.estimates()
         known = (sampler.guide.by_key, mean, spread)
+    levels = fit(index, maximize=maximize)
     result: dict[str, Belief] = {}
     for entry in index.by_key.values():
-        if not entry.feasible or not entry.samples:
+        if entry.key not in levels.level:
             continue
-        precision = len(entry.samples) / MEASUREMENT_SD**2
-        weighted = precision * utility_of(entry.mean, maximize)
+        precision = levels.weight[entry.key] / MEASUREMENT_SD**2
+        weighted = precision * levels.level[entry.key]
         centre = index.by_trial.get(entry.centre) if entry.centre is not None else None
-        if centre is not None and centre.samples:
-            prior_var = MEASUREMENT_SD**2 / len(centre.samples) + NEIGHBOUR_SD**2
+        if centre is not None and centre.key in levels.level:
+            prior_var = MEASUREMENT_SD**2 / levels.weight[centre.key] + NEIGHBOUR_SD**2
             precision += 1 / prior_var
-            weighted += utility_of(centre.mean, maximize) / prior_var
+            weighted += levels.level[centre.key] / prior_var
         elif known is not None and entry.key in known[0]:
             at = known[0][entry.key]
             if math.isfinite(known[1][at]):
@@ -164,6 +168,26 @@ def race(
         return found[key].gain(best_other)
 
     return index.by_key[max(order, key=gain)]
+
+
+def disputed(index: MeasuredIndex, *, maximize: bool) -> Measured | None:
+    """A config measured twice whose two runs disagree by more than ``DISPUTE_SD`` noise
+    units (one of them odd, which one the two cannot tell) and whose better run is within
+    ``DISPUTE_REACH`` noise units of the leader: a third run settles it (``drift.fit`` then
+    weighs the odd one down). The best such, or None."""
+    levels = fit(index, maximize=maximize)
+    if not levels.level:
+        return None
+    leader = max(levels.level.values())
+    found = [
+        (max(runs), key)
+        for key, runs in levels.runs.items()
+        if len(runs) == 2
+        and abs(runs[0] - runs[1]) > DISPUTE_SD * MEASUREMENT_SD
+        and max(runs) >= leader - DISPUTE_REACH * MEASUREMENT_SD
+        and not index.confirming[index.by_key[key].first_trial]
+    ]
+    return index.by_key[max(found)[1]] if found else None
 
 
 def exploration_gain(
@@ -246,27 +270,21 @@ def tied(
     """``leader`` and the ``others`` whose measured mean is within the study's measurement
     noise of it: under ``TIE_Z`` standard errors of the difference, the noise being what
     the re-measured configs show (``observed_noise``), and at least ``TIE_FLOOR``."""
-    noise = observed_noise(index, maximize=maximize)
-    top = utility_of(leader.mean, maximize)
+    levels = fit(index, maximize=maximize)
+    level, weight = levels.level, levels.weight
     found = [leader]
     for entry in others:
-        error = noise * math.sqrt(1 / len(leader.samples) + 1 / len(entry.samples))
-        if abs(top - utility_of(entry.mean, maximize)) <= max(TIE_FLOOR, TIE_Z * error):
+        error = levels.noise * math.sqrt(1 / weight[leader.key] + 1 / weight[entry.key])
+        if abs(level[leader.key] - level[entry.key]) <= max(TIE_FLOOR, TIE_Z * error):
             found.append(entry)
     return found
 
 
 def observed_noise(index: MeasuredIndex, *, maximize: bool) -> float:
-    """Pooled sample standard deviation of one measurement (log scale) over the feasible
-    configs measured more than once; 0 when none was."""
-    squares, freedom = 0.0, 0
-    for entry in index.by_key.values():
-        if entry.feasible and len(entry.samples) > 1:
-            logs = [utility_of(value, maximize) for value in entry.samples]
-            centre = sum(logs) / len(logs)
-            squares += sum((value - centre) ** 2 for value in logs)
-            freedom += len(logs) - 1
-    return math.sqrt(squares / freedom) if freedom else 0.0
+    """Pooled spread of one measurement about its config's level (log scale; drift and
+    odd runs seen through, ``drift.fit``) over the feasible configs measured more than
+    once; 0 when none was."""
+    return fit(index, maximize=maximize).noise
 
 
 def resource_order(entry: Measured) -> tuple:

@@ -11,6 +11,8 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 
+MEASUREMENT_SD = 0.03  # run-to-run spread of one measurement (log scale)
+
 
 @dataclass
 class Measured:
@@ -23,6 +25,7 @@ class Measured:
     constraints: dict[str, float]
     feasible: bool
     samples: list[float] = field(default_factory=list)  # first objective, every measurement
+    sample_trials: list[int] = field(default_factory=list)  # the trial of each sample
     trials: list[int] = field(default_factory=list)
     centre: int | None = None  # launched by the local search: its centre's first trial
 
@@ -70,6 +73,7 @@ class MeasuredIndex:
             entry.feasible = False  # a config that failed once is not crowned
         if measured and values:
             entry.samples.append(values[0])
+            entry.sample_trials.append(trial)
         entry.trials.append(trial)
         self.seen.add(trial)
         self.by_trial[trial] = entry

@@ -60,6 +60,11 @@ class Winner(BaseModel):
         description="other configs within the measurement noise of it; it needs least of "
         "them (docs/tuner.md)",
     )
+    drift_per_trial: float = Field(
+        default=0.0,
+        description="relative change of the objective per trial that the re-measurements "
+        "show (drift of the hardware over the night), taken out when comparing configs",
+    )
 
 
 class TunerStudyRecord(BaseModel):

@@ -22,7 +22,8 @@ from optuna.distributions import BaseDistribution
 from optuna.samplers import BaseSampler, RandomSampler
 from optuna.trial import FrozenTrial
 
-from autotune.tuner.guide import Guide, utility_of
+from autotune.tuner.drift import fit
+from autotune.tuner.guide import Guide
 from autotune.tuner.measured import MeasuredIndex
 from autotune.tuner.residual import ResidualModel
 
@@ -88,14 +89,15 @@ class GuidedSampler(BaseSampler):
         if not self.learn:
             return None
         rows, residuals = [], []
+        levels = fit(self.index, maximize=self.maximize)
         for entry in self.index.by_key.values():
             index = self.guide.by_key.get(entry.key)
-            if index is None or not entry.feasible or not entry.samples:
+            if index is None or entry.key not in levels.level:
                 continue
             if not np.isfinite(self.guide.utility[index]):
                 continue
             rows.append(self.guide.coords[index])
-            residuals.append(utility_of(entry.mean, self.maximize) - self.guide.utility[index])
+            residuals.append(levels.level[entry.key] - self.guide.utility[index])
         if not rows:
             return None
         return ResidualModel(np.array(rows), np.array(residuals))

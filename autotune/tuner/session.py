@@ -36,12 +36,14 @@ from autotune.tuner.confirm import (
     beliefs,
     confirmation_targets,
     crown,
+    disputed,
     duel,
     exploration_gain,
     race,
     tie_group,
 )
-from autotune.tuner.guide import Guide, PredictionCache, build_guide, utility_of
+from autotune.tuner.drift import fit
+from autotune.tuner.guide import Guide, PredictionCache, build_guide
 from autotune.tuner.lattice import Candidate
 from autotune.tuner.local import LocalSearch
 from autotune.tuner.measured import Measured, MeasuredIndex
@@ -269,7 +271,7 @@ class Tuner:
         mean, _ = self.sampler.estimates()
         tried = self.sampler.guide.ruled_out(set(self.index.by_key) | self.index.pending)
         best = np.where(tried | ~np.isfinite(mean), -np.inf, mean).max(initial=-np.inf)
-        return bool(best > utility_of(leader.mean, self.maximize))
+        return bool(best > fit(self.index, maximize=self.maximize).level[leader.key])
 
     def _neighbour(self) -> Role | None:
         """An untried neighbour of the measured leaders off the lattice (``tuner.local``),
@@ -316,6 +318,9 @@ class Tuner:
             sampler=self.sampler,
             prior=self.settings.crown_prior,
         )
+        settled = disputed(self.index, maximize=self.maximize)
+        if settled is not None:
+            return Role(dict(settled.params), confirms=settled.first_trial)
         if pick is None or len(found) < 2:
             return None
         order = sorted(found.values(), key=lambda b: -b.mean)
@@ -353,6 +358,9 @@ class Tuner:
         the tail, else the top candidate measured least often (best first among equals;
         with ``ahead`` trials of other workers started before this one, the next among
         equals, so that workers reaching the tail together re-measure different configs)."""
+        settled = disputed(self.index, maximize=self.maximize)
+        if settled is not None:
+            return Role(dict(settled.params), confirms=settled.first_trial)
         pick = race if self.settings.race else duel
         contested = pick(
             self.index,
@@ -526,9 +534,15 @@ class Tuner:
                 spread=winner.spread,
                 measurements=len(winner.samples),
                 tied_with=len(group) - 1,
+                drift_per_trial=round(self._drift(), 6),
             )
             TunerStudyRecord(winner=record).write(study)
         return winner
+
+    def _drift(self) -> float:
+        """The objective's relative change per trial the re-measurements show."""
+        slope = fit(self.index, maximize=self.maximize).slope  # utility: log, or -log
+        return math.expm1(slope if self.maximize else -slope)
 
     def describe(self) -> str | None:
         """One line on the warm start, or None without a guide."""

@@ -118,3 +118,27 @@ def test_the_live_trial_line_quotes_the_crown_by_its_mean(storage_url: str) -> N
         resumed.text("output_tok_s")
         == f"best {mean:,.1f} output_tok_s (#{crowned.number}, mean of 2)"
     )
+
+
+@pytest.mark.parametrize(("drift", "said"), [(-0.003, True), (0.0001, False)])
+def test_a_drift_the_re_measurements_showed_is_said_where_the_crown_is(
+    storage_url: str, drift: float, said: bool
+) -> None:
+    """A GPU that slowed over the night: the summary and `show` say by how much a trial,
+    and that configs were compared with it taken out; a drift too small to matter is not
+    mentioned."""
+    study = build_study(storage_url, "s")
+    feasible = [t for t in study.trials if t.user_attrs.get("outcome") == "ok"]
+    crowned = max(feasible, key=lambda t: t.values[0])
+    TunerStudyRecord(
+        winner=Winner(
+            trial=crowned.number, trials=[crowned.number, 90], mean=crowned.values[0],
+            spread=1.0, measurements=2, drift_per_trial=drift,
+        )
+    ).write(optuna.load_study(study_name="s", storage=storage_url))  # fmt: skip
+    summary = " ".join(summary_lines(load_study(storage_url, "s")))
+    _, shown = _show_rows(storage_url)
+    sentence = "re-measurements show the output_tok_s drifting -0.30% a trial"
+    assert (sentence in summary) is said, summary
+    assert (sentence in shown) is said, shown
+    assert ("drifting" in summary) is said
