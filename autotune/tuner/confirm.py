@@ -45,7 +45,7 @@ TIE_Z = 0.5
 # Two runs of one config this many noise units apart: one of them is odd (noise alone
 # parts two runs this far about once in 2,000 pairs).
 DISPUTE_SD = 4.0
-DISPUTE_REACH = 2.0
+DISPUTE_REACH = 2.0  # ... and its better run this many noise units from the leader or closer
 
 
 @dataclass(frozen=True)
@@ -267,8 +267,8 @@ def tie_group(
 def tied(
     index: MeasuredIndex, leader: Measured, others: list[Measured], *, maximize: bool
 ) -> list[Measured]:
-    """``leader`` and the ``others`` whose measured mean is within the study's measurement
-    noise of it: under ``TIE_Z`` standard errors of the difference, the noise being what
+    """``leader`` and the ``others`` whose level (``drift.fit``) is within the study's
+    measurement noise of it: under ``TIE_Z`` standard errors of the difference, the noise being what
     the re-measured configs show (``observed_noise``), and at least ``TIE_FLOOR``."""
     levels = fit(index, maximize=maximize)
     level, weight = levels.level, levels.weight
