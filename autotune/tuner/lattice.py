@@ -12,10 +12,10 @@ The lattice also holds each memory edge of the prefill chunk (max-num-batched-to
 where, all else equal, one of its lattice values passes the memory pre-screen and the
 next does not, the largest value between them that passes (``_Deriver.edges``). The field
 notes' "raise until OOM, back off", done on the memory model: past the edge's lower
-lattice point a chunk can cross into another regime (on a 24 GB long-context case the
-prompts' uncached tails fit one chunk from 1,600 tokens: 2.5 GiB of KV with 1,024 tokens
-runs 35 tok/s, with 1,600 to 1,850 it runs 57, the best config known there, and 2,048
-does not fit), which no lattice point shows.
+lattice point a chunk can cross into another regime (on a 24 GB long-context case, 2.5
+GiB of KV beside LMCache runs 29-35 tok/s with 1,024 to 1,568 batched tokens and 57 with
+1,600 to 1,840, the best config known there, and 2,048 does not fit), which no lattice
+point shows.
 """
 
 from __future__ import annotations
