@@ -7,6 +7,15 @@ TrialConfigs through the same derivation as a trial (``derive_config``), and
 deduplicated on the flags that are launched: a derived rule that overrides a
 searched value (2N-1 batched tokens with MTP and LMCache on) makes many
 searched points one launch.
+
+The lattice also holds each memory edge of the prefill chunk (max-num-batched-tokens):
+where, all else equal, one of its lattice values passes the memory pre-screen and the
+next does not, the largest value between them that passes (``_Deriver.edges``). The field
+notes' "raise until OOM, back off", done on the memory model: past the edge's lower
+lattice point a chunk can cross into another regime (on a 24 GB long-context case, 2.5
+GiB of KV beside LMCache runs 29-35 tok/s with 1,024 to 1,568 batched tokens and 57 with
+1,600 to 1,840, the best config known there, and 2,048 does not fit), which no lattice
+point shows.
 """
 
 from __future__ import annotations
@@ -29,6 +38,8 @@ MAX_LINEAR_POINTS = 8  # a linear range gets at most this many values
 LOG_POINTS = 9  # a log-scaled float range gets this many values
 PARALLEL_ABOVE = 128  # smaller lattices are enumerated in this process
 CHUNKS_PER_WORKER = 4  # the lattice is cut into this many chunks per worker
+CHUNK_FLAG = "max-num-batched-tokens"  # the knob whose memory edges the lattice holds
+EDGE_RESOLUTION = 0.02  # an edge is found to within 2% of its value
 
 
 @dataclass
@@ -99,23 +110,87 @@ class _Deriver:
         """The candidates of ``points``: each distinct launch once, where it first occurs."""
         found: dict[str, Candidate] = {}
         for params in points:
-            config = derive_config(
-                self.space,
-                params,
-                model=self.model,
-                engine_version=self.engine_version,
-                reported_block_size=self.reported_block_size,
-                prescreen=self.screen if self.prescreen is not None else None,
-            )
-            key = config_key(config)
-            if key not in found:
-                found[key] = Candidate(params, config, key, self.screen(config))
+            candidate = self.candidate(params)
+            found.setdefault(candidate.key, candidate)
         return list(found.values())
+
+    def candidate(self, params: dict[str, Any]) -> Candidate:
+        config = derive_config(
+            self.space,
+            params,
+            model=self.model,
+            engine_version=self.engine_version,
+            reported_block_size=self.reported_block_size,
+            prescreen=self.screen if self.prescreen is not None else None,
+        )
+        return Candidate(params, config, config_key(config), self.screen(config))
+
+    def fits(self, params: dict[str, Any]) -> bool:
+        memory = self.candidate(params).memory
+        return memory is None or memory.fits
+
+    def edges(self, rows: list[list[dict[str, Any]]]) -> list[Candidate]:
+        """The memory edge of the chunk in each row (lattice points alike but for the
+        chunk, in ascending order of it): the largest chunk that passes the pre-screen
+        between the last lattice value that does and the next, when there is one."""
+        name = _chunk_name(self.space, self.engine_version)
+        found: list[Candidate] = []
+        for row in rows:
+            fitting = [self.fits(params) for params in row]
+            if not any(fitting) or fitting[-1]:
+                continue
+            last = max(i for i, fit in enumerate(fitting) if fit)
+            low, high = row[last][name], row[last + 1][name]
+            edge = low
+            while high - low > max(1, low * EDGE_RESOLUTION):
+                middle = round(math.sqrt(low * high))
+                if self.fits({**row[last], name: middle}):
+                    low = edge = middle
+                else:
+                    high = middle
+            params = {**row[last], name: edge}
+            if edge != row[last][name] and not self.space.rule_violations(params):
+                found.append(self.candidate(params))
+        return found
 
 
 def _derive_in_worker(points: list[dict[str, Any]]) -> list[Candidate]:
     deriver: _Deriver = worker_state()
     return deriver.derive(points)
+
+
+def _edges_in_worker(rows: list[list[dict[str, Any]]]) -> list[Candidate]:
+    deriver: _Deriver = worker_state()
+    return deriver.edges(rows)
+
+
+def _chunk_name(space: SearchSpace, engine_version: str | None) -> str | None:
+    """The searched integer parameter that sets the prefill chunk, if the space has one."""
+    distributions = space.distributions(engine_version)
+    for name, param in space.parameters.items():
+        dist = distributions.get(name)
+        if (
+            getattr(param, "flag", None) == CHUNK_FLAG
+            and isinstance(dist, optuna.distributions.IntDistribution)
+            and dist.high > dist.low
+        ):
+            return name
+    return None
+
+
+def edge_rows(
+    points: list[dict[str, Any]], space: SearchSpace, engine_version: str | None
+) -> list[list[dict[str, Any]]]:
+    """``points`` in rows alike but for the chunk, each in ascending order of it (none
+    when the space does not search the chunk)."""
+    name = _chunk_name(space, engine_version)
+    if name is None:
+        return []
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for params in points:
+        rest = repr(sorted((k, v) for k, v in params.items() if k != name))
+        rows.setdefault(rest, []).append(params)
+    return [sorted(row, key=lambda p: p[name]) for row in rows.values() if len(row) > 1]
 
 
 def enumerate_effective(
@@ -128,15 +203,20 @@ def enumerate_effective(
     workers: int = 1,
 ) -> list[Candidate]:
     """The distinct effective configs of the lattice, in lattice order, each with its
-    memory; on ``workers`` forked processes when the lattice is large (the same list)."""
+    memory, then the chunk's memory edges; on ``workers`` forked
+    processes when the lattice is large (the same list)."""
     deriver = _Deriver(space, model, engine_version, prescreen, reported_block_size)
     points = lattice_params(space, engine_version)
+    rows = edge_rows(points, space, engine_version) if prescreen is not None else []
     if workers < 2 or len(points) < PARALLEL_ABOVE:
-        derived: Iterable[list[Candidate]] = [deriver.derive(points)]
+        derived: Iterable[list[Candidate]] = [deriver.derive(points), deriver.edges(rows)]
     else:
         size = math.ceil(len(points) / (CHUNKS_PER_WORKER * workers))
         chunks = [points[i : i + size] for i in range(0, len(points), size)]
         derived = forked_map(_derive_in_worker, chunks, state=deriver, workers=workers)
+        size = math.ceil(len(rows) / (CHUNKS_PER_WORKER * workers)) or 1
+        parts = [rows[i : i + size] for i in range(0, len(rows), size)]
+        derived = [*derived, *forked_map(_edges_in_worker, parts, state=deriver, workers=workers)]
     seen: dict[str, Candidate] = {}
     for candidates in derived:
         for candidate in candidates:

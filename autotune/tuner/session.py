@@ -56,9 +56,9 @@ from autotune.tuner.settings import TunerSettings
 
 PENDING_POLL_S = 1.0  # how often a worker looks whether another's measurement has landed
 # The warm start predicts at most this many configs per trial of --trials (what the
-# prediction cache holds is free): 20 trials predict the README's whole lattice (1,707),
-# 2 trials a spread sample of 200 of it.
-PREDICTIONS_PER_TRIAL = 100
+# prediction cache holds is free): 20 trials predict the README's whole lattice (2,295
+# with its memory edges), 2 trials a spread sample of 240 of it.
+PREDICTIONS_PER_TRIAL = 120
 TIMED_CONFIRM = 3  # re-measurements after a timed run's time is up (it raced before)
 SEARCHED = 2  # guided configs launched after the seeds before the racing tail may begin
 PARALLEL_TARGETS = 3  # workers in the tail together re-measure among this many top configs

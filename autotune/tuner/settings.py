@@ -22,7 +22,7 @@ class TunerSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     warm_start: int = Field(default=4, ge=0)  # predicted-best configs after the baseline (0: off)
-    # Lattice configs the warm start predicts at most (None: 100 per trial of --trials).
+    # Lattice configs the warm start predicts at most (None: 120 per trial of --trials).
     warm_start_configs: int | None = Field(default=None, ge=1)
     # A safety stop in wall seconds (None: none); the budget is counted in configs.
     warm_start_budget_s: float | None = Field(default=1800.0, gt=0)

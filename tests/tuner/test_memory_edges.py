@@ -1,0 +1,91 @@
+"""The chunk's memory edges in the lattice: where 1,024 batched tokens fit and 2,048 do
+not, the largest chunk between them that the pre-screen passes (the field notes' "raise
+until OOM, back off", on the memory model). On a 24 GB card with Claude Code traffic up
+to 60k context and 2.5 GiB of KV beside LMCache, the simulator jumps from 30-35 tok/s to
+over 50 between 1,568 and 1,600 batched tokens: the edge runs far faster than any
+lattice point."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from autotune.study import StudySpec
+from autotune.study.setup import RunOptions, prepare_study
+from autotune.trial.run import derive_config
+from autotune.tuner.guide import build_guide
+from autotune.tuner.lattice import EDGE_RESOLUTION, enumerate_effective, ladder
+from autotune.workload.gen import ClaudeCodeParams, claudecode
+from autotune.workload.io import write_workload
+from tests.tuner.conftest import DATA
+
+CHUNK = "max_num_batched_tokens"
+
+
+@pytest.fixture(scope="module")
+def edge_case(tmp_path_factory: pytest.TempPathFactory) -> StudySpec:
+    workload = tmp_path_factory.mktemp("edge") / "cc-long.jsonl"
+    params = ClaudeCodeParams(sessions=4, seed=1, max_context=60_000)
+    write_workload(workload, claudecode(params).records())
+    return prepare_study(
+        RunOptions(
+            workload=workload,
+            engine="sim",
+            model="qwen3.6-27b-awq",
+            hardware="rtx4090-24g",
+            space=DATA / "edge-longctx.yaml",
+            storage="sqlite:///:memory:",
+        )
+    )
+
+
+def _fits(spec: StudySpec, params: dict) -> bool:
+    config = derive_config(
+        spec.space, params, model=spec.model, engine_version=None, prescreen=spec.prescreen
+    )
+    return spec.prescreen(config).fits
+
+
+def test_each_row_holds_the_largest_chunk_that_fits_between_two_lattice_points(
+    edge_case: StudySpec,
+) -> None:
+    spec = edge_case
+    chunks = ladder(spec.space.distributions(None)[CHUNK])
+    candidates = enumerate_effective(
+        spec.space, model=spec.model, engine_version=None, prescreen=spec.prescreen
+    )
+    off_lattice = [c for c in candidates if c.params[CHUNK] not in chunks]
+    rows = {c.params["max_num_seqs"] for c in candidates}
+    assert rows == {1, 2, 4, 8}
+    for seqs in rows:
+        lattice = {"kv_cache_memory_gib": 2.5, "kv_cache_dtype": "fp8_e4m3", "lmcache": True}
+        assert _fits(spec, {**lattice, "max_num_seqs": seqs, CHUNK: 1024})
+        assert not _fits(spec, {**lattice, "max_num_seqs": seqs, CHUNK: 2048})
+        (edge,) = [c for c in off_lattice if c.params["max_num_seqs"] == seqs]
+        assert 1024 < edge.params[CHUNK] < 2048
+        assert edge.memory is not None and edge.memory.fits
+        past = math.ceil(edge.params[CHUNK] * (1 + EDGE_RESOLUTION))
+        assert not _fits(spec, {**edge.params, CHUNK: past})
+
+
+def test_the_warm_start_ranks_the_edge_above_every_lattice_point(edge_case: StudySpec) -> None:
+    spec = edge_case
+    assert spec.oracle is not None
+    guide = build_guide(
+        spec.space,
+        model=spec.model,
+        engine_version=None,
+        prescreen=spec.prescreen,
+        oracle=spec.oracle,
+        maximize=True,
+    )
+    chunks = ladder(spec.space.distributions(None)[CHUNK])
+    on_lattice = [
+        u for c, u in zip(guide.candidates, guide.utility, strict=True) if c.params[CHUNK] in chunks
+    ]
+    best = guide.candidates[int(np.nanargmax(guide.utility))]
+    assert best.params[CHUNK] not in chunks
+    # Past the tails' one-chunk threshold: 1.35x the best lattice point's prediction.
+    assert math.exp(np.nanmax(guide.utility) - np.nanmax(on_lattice)) > 1.25
