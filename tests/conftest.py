@@ -1,4 +1,4 @@
-"""Subprocess time limits that follow this machine's load.
+"""Subprocess time limits that follow this machine's load, and Ctrl-C as a terminal has it.
 
 A limit that suits an idle machine fails a test on a loaded one (2 cores at load 10:
 a CLI start-up of 15-25 s). ``scaled_timeout_s`` multiplies it by how slowed down this
@@ -10,12 +10,21 @@ from __future__ import annotations
 
 import functools
 import resource
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+
+# A shell starts a background job (`pytest -n 2 &`, `nohup`, a script's `... &`) with
+# SIGINT ignored, and every process inherits that: pytest-xdist's workers and what the
+# tests start. The tests that interrupt a study, a server or the prediction workers with
+# SIGINT would then see nothing happen (3 failed so). Python's own handler, back in this
+# process (each xdist worker imports this file), is reset to the default in every child.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 PROBE = "import autotune.cli.run"  # the study, Optuna, pandas: a typical CLI start
 PROBE_LIMIT_S = 600.0
 
