@@ -26,20 +26,25 @@ def case(tmp_path_factory: pytest.TempPathFactory) -> tuple[StudySpec, dict]:
     """`autotune run`'s own setup on an RTX 4090 24 GB with Claude Code traffic up to 60k
     context (test_refine, test_local_search); the predictions cache is shared by a module's
     tests (each config is predicted once)."""
+    return longctx_spec(tmp_path_factory, DATA / "refine-longctx.yaml"), {}
+
+
+def longctx_spec(tmp_path_factory: pytest.TempPathFactory, space: Path) -> StudySpec:
+    """`autotune run`'s setup of ``space`` on an RTX 4090 24 GB with Claude Code traffic
+    up to 60k context."""
     workload = tmp_path_factory.mktemp("longctx") / "cc-long.jsonl"
     params = ClaudeCodeParams(sessions=4, seed=1, max_context=60_000)
     write_workload(workload, claudecode(params).records())
-    spec = prepare_study(
+    return prepare_study(
         RunOptions(
             workload=workload,
             engine="sim",
             model="qwen3.6-27b-awq",
             hardware="rtx4090-24g",
-            space=DATA / "refine-longctx.yaml",
+            space=space,
             storage="sqlite:///:memory:",
         )
     )
-    return spec, {}
 
 
 def guided_tuner(spec: StudySpec, cache: dict, settings: TunerSettings, n_trials: int) -> Tuner:

@@ -13,32 +13,17 @@ import numpy as np
 import pytest
 
 from autotune.study import StudySpec
-from autotune.study.setup import RunOptions, prepare_study
 from autotune.trial.run import derive_config
 from autotune.tuner.guide import build_guide
 from autotune.tuner.lattice import EDGE_RESOLUTION, enumerate_effective, ladder
-from autotune.workload.gen import ClaudeCodeParams, claudecode
-from autotune.workload.io import write_workload
-from tests.tuner.conftest import DATA
+from tests.tuner.conftest import DATA, longctx_spec
 
 CHUNK = "max_num_batched_tokens"
 
 
 @pytest.fixture(scope="module")
 def edge_case(tmp_path_factory: pytest.TempPathFactory) -> StudySpec:
-    workload = tmp_path_factory.mktemp("edge") / "cc-long.jsonl"
-    params = ClaudeCodeParams(sessions=4, seed=1, max_context=60_000)
-    write_workload(workload, claudecode(params).records())
-    return prepare_study(
-        RunOptions(
-            workload=workload,
-            engine="sim",
-            model="qwen3.6-27b-awq",
-            hardware="rtx4090-24g",
-            space=DATA / "edge-longctx.yaml",
-            storage="sqlite:///:memory:",
-        )
-    )
+    return longctx_spec(tmp_path_factory, DATA / "edge-longctx.yaml")
 
 
 def _fits(spec: StudySpec, params: dict) -> bool:
