@@ -29,6 +29,9 @@ search moves on from it. A measured effective config, a pending one and a config
 a measured one (``_answered``) are never proposed; a step of the KV pool's size is never
 alike (on README adverse, 10 to 10.5 GiB at max-num-seqs 6 was predicted alike and is
 truly 0.8% better: whether a pool fills is what the simulator's speed and memory decide).
+A step of another knob onto a plateau, predicted alike its centre (max-num-seqs above the
+load's concurrency), goes on to the first value predicted more than ``PLATEAU`` from it: where
+the plateau ends, the one value along it a launch can learn from (``_past_plateau``).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ CENTRES = 4  # measured configs searched around: the leader and the next best by
 BISECTIONS = 10  # halvings that find the last allowed value of a step past the edge
 # Predicted within 0.01%: the same behaviour (the 24 GB case's gain hides in 0.15%).
 ALIKE = 1e-4
+PLATEAU = 0.002  # a plateau ends where a value is predicted over 0.2% from its centre
 CHUNK = "max_num_batched_tokens"  # the knob a step up may lower to fit (``_retreat``)
 # Flags of the KV pool's size. A step along one is never a known answer (``_answered``):
 # whether a pool fills (and how many prefixes it keeps) depends on how fast the engine
@@ -131,6 +135,8 @@ class LocalSearch:
         allowed value towards it (bisection in the knob's unit coordinates)."""
         start, end = knob.unit(now), knob.unit(now) + step
         point = self._allowed({**params, knob.name: knob.value(end)})
+        if point is not None and not self._sizes_kv_pool(knob.name):
+            return self._past_plateau(params, knob, end, step, point)
         if point is not None or step < 0:
             return point
         last: Candidate | None = None
@@ -148,6 +154,42 @@ class LocalSearch:
         if last is None and knob.name != CHUNK:
             return self._retreat({**params, knob.name: knob.value(end)})
         return last
+
+    def _past_plateau(
+        self, params: dict[str, Any], knob: Any, end: float, step: float, point: Candidate
+    ) -> Candidate:
+        """``point`` (at ``end``), or, when the simulator predicts it alike its centre
+        ``params`` (``ALIKE``: a known answer), the first allowed value further along
+        ``knob`` predicted more than ``PLATEAU`` from it: where the plateau ends (bisection
+        in the knob's unit coordinates). Above the load's concurrency max-num-seqs changes
+        nothing the simulator sees; the one value a launch can learn from is where it starts
+        to (README adverse: 64 down to 6, truly 3% better than 8 to 64, which the simulator
+        predicts alike; 7 is 0.017% from 8 and served like it)."""
+        home = self.points.candidate(params)
+        if home is None:
+            return point
+        level = self.points.predicted(home)
+
+        def flat(found: Candidate | None) -> bool:
+            return found is not None and abs(self.points.predicted(found) - level) < PLATEAU
+
+        if abs(self.points.predicted(point) - level) >= ALIKE:
+            return point
+        inside, outside = end, 1.0 if step > 0 else 0.0
+        beyond = self._allowed({**params, knob.name: knob.value(outside)})
+        if flat(beyond):
+            return point  # flat to the knob's bound: nothing further to learn
+        for _ in range(BISECTIONS):
+            middle = (inside + outside) / 2
+            value = knob.value(middle)
+            if value in (knob.value(inside), knob.value(outside)):
+                break
+            found = self._allowed({**params, knob.name: value})
+            if flat(found):
+                inside = middle
+            else:
+                outside, beyond = middle, found
+        return beyond if beyond is not None else point
 
     def _retreat(self, params: dict[str, Any]) -> Candidate | None:
         """``params`` with the prefill chunk (batched tokens) lowered to the largest value

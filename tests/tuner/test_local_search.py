@@ -15,12 +15,13 @@ from autotune.study import StudySpec
 from autotune.study.setup import RunOptions, prepare_study
 from autotune.trial.run import derive_config
 from autotune.tuner.lattice import config_key, ladder
-from autotune.tuner.local import ALIKE
+from autotune.tuner.local import ALIKE, PLATEAU
 from autotune.tuner.schedule import Role
 from autotune.tuner.settings import TunerSettings
-from tests.tuner.conftest import SMALL, WORKLOAD, guided_tuner
+from tests.tuner.conftest import DATA, SMALL, WORKLOAD, guided_tuner
 
 NUMERIC = ("max_num_seqs", "max_num_batched_tokens", "kv_cache_memory_gib")
+PLATEAU_SPACE = DATA / "plateau-seqs.yaml"  # only max-num-seqs moves
 
 
 class Study:
@@ -259,3 +260,42 @@ def test_a_kv_step_the_simulator_predicts_alike_is_launched_and_can_take_the_cro
     assert {**leader, "kv_cache_memory_gib": 9.0} in launched
     crowned = driven.tuner.crowned()
     assert crowned is not None and crowned.params["kv_cache_memory_gib"] == 9.0
+
+
+def test_a_step_onto_a_plateau_the_simulator_predicts_flat_goes_on_to_where_it_ends() -> None:
+    """README adverse in small: under 4 requests in flight the simulator predicts every
+    max-num-seqs from 4 up alike, and the truth pays for each slot it reserves (a cost the
+    simulator lacks), so fewer slots serve more. Before, a step from the leader (16) along
+    the plateau was predicted alike a measured config and never launched, and the halved
+    steps stayed on the plateau: the tail launched nothing (README adverse: from 8-64 the
+    search never reached 6, truly 3% better). Now a step predicted flat goes on to the
+    first value predicted otherwise, where a launch can learn something."""
+    spec = prepare_study(
+        RunOptions(
+            workload=WORKLOAD,
+            model="qwen3.6-27b-awq",
+            hardware="rtx4080s-32g",
+            space=PLATEAU_SPACE,
+            storage="sqlite:///:memory:",
+            load=LoadSpec(max_requests=10, concurrency=4),
+        )
+    )
+    driven = Study(spec, {}, TunerSettings(explore_tail=False), 30)
+    refiner = driven.tuner.refiner
+    flat = [refiner.predicted(refiner.proposable({"max_num_seqs": s})) for s in (4, 8, 16, 32)]
+    below = refiner.predicted(refiner.proposable({"max_num_seqs": 3}))
+    assert max(flat) - min(flat) < ALIKE and flat[0] - below > PLATEAU  # the plateau's shape
+    driven.measured({"max_num_seqs": 16}, 60.0, runs=30 - driven.tuner.confirm_slots)
+
+    def truth(params: dict[str, Any], role: Role | None) -> float:
+        seqs = params["max_num_seqs"]
+        return 64.0 - 0.25 * seqs if seqs >= 3 else 50.0
+
+    launched = []
+    for _ in range(8):
+        role, params, _ = driven.next(truth)
+        if role is not None and role.neighbour_of is not None:
+            launched.append(params["max_num_seqs"])
+    assert 3 in launched
+    crowned = driven.tuner.crowned()
+    assert crowned is not None and crowned.params["max_num_seqs"] <= 4
