@@ -37,6 +37,7 @@ the plateau ends, the one value along it a launch can learn from (``_past_platea
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from autotune.tuner.lattice import Candidate
@@ -139,18 +140,8 @@ class LocalSearch:
             return self._past_plateau(params, knob, end, step, point)
         if point is not None or step < 0:
             return point
-        last: Candidate | None = None
-        inside, outside = start, min(1.0, end)
-        for _ in range(BISECTIONS):
-            middle = (inside + outside) / 2
-            value = knob.value(middle)
-            if value in (knob.value(inside), knob.value(outside)):
-                break
-            found = self._allowed({**params, knob.name: value})
-            if found is None:
-                outside = middle
-            else:
-                inside, last = middle, found
+        inside, _ = self._bisect(params, knob, start, min(1.0, end), _exists)
+        last = None if inside == start else self._allowed({**params, knob.name: knob.value(inside)})
         if last is None and knob.name != CHUNK:
             return self._retreat({**params, knob.name: knob.value(end)})
         return last
@@ -175,20 +166,11 @@ class LocalSearch:
 
         if abs(self.points.predicted(point) - level) >= ALIKE:
             return point
-        inside, outside = end, 1.0 if step > 0 else 0.0
-        beyond = self._allowed({**params, knob.name: knob.value(outside)})
-        if flat(beyond):
+        bound = 1.0 if step > 0 else 0.0
+        if flat(self._allowed({**params, knob.name: knob.value(bound)})):
             return point  # flat to the knob's bound: nothing further to learn
-        for _ in range(BISECTIONS):
-            middle = (inside + outside) / 2
-            value = knob.value(middle)
-            if value in (knob.value(inside), knob.value(outside)):
-                break
-            found = self._allowed({**params, knob.name: value})
-            if flat(found):
-                inside = middle
-            else:
-                outside, beyond = middle, found
+        _, outside = self._bisect(params, knob, end, bound, flat)
+        beyond = self._allowed({**params, knob.name: knob.value(outside)})
         return beyond if beyond is not None else point
 
     def _retreat(self, params: dict[str, Any]) -> Candidate | None:
@@ -198,21 +180,33 @@ class LocalSearch:
         chunk = next((k for k in self.points.knobs if k.name == CHUNK), None)
         if chunk is None or CHUNK not in params:
             return None
-        inside, outside = 0.0, chunk.unit(params[CHUNK])
-        last = self._allowed({**params, CHUNK: chunk.value(inside)})
-        if last is None:
+        if self._allowed({**params, CHUNK: chunk.value(0.0)}) is None:
             return None
+        inside, _ = self._bisect(params, chunk, 0.0, chunk.unit(params[CHUNK]), _exists)
+        return self._allowed({**params, CHUNK: chunk.value(inside)})
+
+    def _bisect(
+        self,
+        params: dict[str, Any],
+        knob: Any,
+        inside: float,
+        outside: float,
+        holds: Callable[[Candidate | None], bool],
+    ) -> tuple[float, float]:
+        """Where along ``knob`` (unit coordinates) ``holds`` stops holding of the allowed
+        launch, from ``inside`` (it holds) towards ``outside`` (it does not): the last
+        coordinate found where it holds and the first where it does not, ``BISECTIONS``
+        halvings at most, down to the knob's grid."""
         for _ in range(BISECTIONS):
             middle = (inside + outside) / 2
-            value = chunk.value(middle)
-            if value in (chunk.value(inside), chunk.value(outside)):
+            value = knob.value(middle)
+            if value in (knob.value(inside), knob.value(outside)):
                 break
-            found = self._allowed({**params, CHUNK: value})
-            if found is None:
-                outside = middle
+            if holds(self._allowed({**params, knob.name: value})):
+                inside = middle
             else:
-                inside, last = middle, found
-        return last
+                outside = middle
+        return inside, outside
 
     def _allowed(self, params: dict[str, Any]) -> Candidate | None:
         """The launch, when the rules and the pre-screen allow it and the simulator
@@ -244,6 +238,10 @@ class LocalSearch:
         """Whether parameter ``name`` sets the KV pool's size (``KV_POOL_FLAGS``)."""
         param = self.points.space.parameters.get(name)
         return getattr(param, "flag", None) in KV_POOL_FLAGS
+
+
+def _exists(point: Candidate | None) -> bool:
+    return point is not None
 
 
 def _moved(point: Candidate, centre: Measured) -> str:

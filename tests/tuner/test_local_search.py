@@ -6,6 +6,7 @@ tuner's own sampler and told a measured value, as the study loop does."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -86,6 +87,21 @@ def _leader_measured(spec: StudySpec, cache: dict, settings: TunerSettings, n_tr
     assert (leader["max_num_seqs"], leader["max_num_batched_tokens"]) == (2, 1024)
     driven.measured(leader, 60.0, runs=n_trials - driven.tuner.confirm_slots)
     return driven, leader
+
+
+def _sample_traffic_spec(space: Path) -> StudySpec:
+    """`autotune run`'s setup of ``space`` on an RTX 4080 Super 32 GB with the sample
+    workload, 4 requests in flight."""
+    return prepare_study(
+        RunOptions(
+            workload=WORKLOAD,
+            model="qwen3.6-27b-awq",
+            hardware="rtx4080s-32g",
+            space=space,
+            storage="sqlite:///:memory:",
+            load=LoadSpec(max_requests=10, concurrency=4),
+        )
+    )
 
 
 def _changed(params: dict[str, Any], leader: dict[str, Any]) -> list[str]:
@@ -231,16 +247,7 @@ def test_a_kv_step_the_simulator_predicts_alike_is_launched_and_can_take_the_cro
     known answer and never launched (README adverse: 10 -> 10.5 GiB at max-num-seqs 6,
     predicted alike, truly +0.8%); a limit the engine's speed decides is not one the
     simulator's "alike" can vouch for."""
-    spec = prepare_study(
-        RunOptions(
-            workload=WORKLOAD,
-            model="qwen3.6-27b-awq",
-            hardware="rtx4080s-32g",
-            space=SMALL,
-            storage="sqlite:///:memory:",
-            load=LoadSpec(max_requests=10, concurrency=4),
-        )
-    )
+    spec = _sample_traffic_spec(SMALL)
     driven = Study(spec, {}, TunerSettings(explore_tail=False), 30)
     leader = {"kv_cache_memory_gib": 8.0, "mtp_k": 2, "lmcache": True, "max_num_seqs": 4}
     refiner = driven.tuner.refiner
@@ -270,16 +277,7 @@ def test_a_step_onto_a_plateau_the_simulator_predicts_flat_goes_on_to_where_it_e
     steps stayed on the plateau: the tail launched nothing (README adverse: from 8-64 the
     search never reached 6, truly 3% better). Now a step predicted flat goes on to the
     first value predicted otherwise, where a launch can learn something."""
-    spec = prepare_study(
-        RunOptions(
-            workload=WORKLOAD,
-            model="qwen3.6-27b-awq",
-            hardware="rtx4080s-32g",
-            space=PLATEAU_SPACE,
-            storage="sqlite:///:memory:",
-            load=LoadSpec(max_requests=10, concurrency=4),
-        )
-    )
+    spec = _sample_traffic_spec(PLATEAU_SPACE)
     driven = Study(spec, {}, TunerSettings(explore_tail=False), 30)
     refiner = driven.tuner.refiner
     flat = [refiner.predicted(refiner.proposable({"max_num_seqs": s})) for s in (4, 8, 16, 32)]
