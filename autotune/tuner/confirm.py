@@ -258,26 +258,28 @@ def tie_group(
 ) -> list[Measured]:
     """The best estimate and the configs tied with it (``tied``), least needs first
     (``resource_order``); empty when nothing feasible was measured."""
-    best = ranked(index, maximize=maximize, sampler=sampler, prior=prior)
-    if not best:
+    found = beliefs(index, maximize=maximize, sampler=sampler, prior=prior)
+    if not found:
         return []
-    return sorted(tied(index, best[0], best[1:], maximize=maximize), key=resource_order)
+    order = sorted(found, key=lambda key: -found[key].mean)
+    noise = fit(index, maximize=maximize).noise
+    group = tied(found[order[0]], {key: found[key] for key in order[1:]}, noise)
+    return sorted((index.by_key[key] for key in [order[0], *group]), key=resource_order)
 
 
-def tied(
-    index: MeasuredIndex, leader: Measured, others: list[Measured], *, maximize: bool
-) -> list[Measured]:
-    """``leader`` and the ``others`` whose level (``drift.fit``) is within the study's
-    measurement noise of it: under ``TIE_Z`` standard errors of the difference, the noise being what
-    the re-measured configs show (``observed_noise``), and at least ``TIE_FLOOR``."""
-    levels = fit(index, maximize=maximize)
-    level, weight = levels.level, levels.weight
-    found = [leader]
-    for entry in others:
-        error = levels.noise * math.sqrt(1 / weight[leader.key] + 1 / weight[entry.key])
-        if abs(level[leader.key] - level[entry.key]) <= max(TIE_FLOOR, TIE_Z * error):
-            found.append(entry)
-    return found
+def tied(leader: Belief, others: dict[str, Belief], noise: float) -> list[str]:
+    """The keys of the ``others`` whose belief is within the study's measurement noise of
+    the ``leader``'s: under ``TIE_Z`` standard errors of the difference, the noise being
+    what the re-measured configs show (``observed_noise``, in place of ``MEASUREMENT_SD``),
+    and at least ``TIE_FLOOR``. The same beliefs rank the configs: a neighbour's one lucky
+    run, which its centre's measurements hold down, does not tie it with the leader."""
+    scale = noise / MEASUREMENT_SD
+    return [
+        key
+        for key, belief in others.items()
+        if leader.mean - belief.mean
+        <= max(TIE_FLOOR, TIE_Z * scale * math.sqrt(leader.var + belief.var))
+    ]
 
 
 def observed_noise(index: MeasuredIndex, *, maximize: bool) -> float:

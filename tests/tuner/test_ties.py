@@ -25,10 +25,18 @@ def key(seqs: int, *, mtp: int = 0, kv_gib: float = 7.0, lmcache: bool = False) 
     return config_key(TrialConfig(model="qwen3.6-27b-awq", flags=flags))
 
 
-def measure(index: MeasuredIndex, launch: str, *values: float) -> None:
+def measure(index: MeasuredIndex, launch: str, *values: float, centre: int | None = None) -> None:
     for value in values:
         trial = len(index.seen)
-        index.add(launch, params={}, trial=trial, values=[value], constraints={}, measured=True)
+        index.add(
+            launch,
+            params={},
+            trial=trial,
+            values=[value],
+            constraints={},
+            measured=True,
+            centre=centre,
+        )
 
 
 def test_identical_figures_crown_the_least_max_num_seqs_and_say_how_many_tied() -> None:
@@ -63,6 +71,25 @@ def test_the_noise_the_re_measurements_show_sets_the_tie() -> None:
     measure(index, key(4), 95.0, 95.0)  # 5% behind
     group = tie_group(index, maximize=True)
     assert [entry.key for entry in group] == [key(16), key(32)]
+
+
+def test_a_neighbours_one_lucky_run_does_not_tie_it_with_the_leader() -> None:
+    """L40S adverse, seed 17: a local-search neighbour (max-num-seqs 6, from a centre at 4
+    measured 5% below the leader) ran once, 0.5% above the leader's mean. Its belief,
+    held to its centre's measurements, is 1.8% behind: ranked sixth, it must not tie
+    with the leader and take the crown for needing less."""
+    index = MeasuredIndex()
+    leader, centre, neighbour = (
+        key(8, mtp=3, kv_gib=12.0),
+        key(4, mtp=3, kv_gib=12.0),
+        key(6, mtp=3, kv_gib=12.0),
+    )
+    measure(index, leader, 99.0, 101.0)
+    measure(index, centre, 94.0, 96.0)
+    measure(index, neighbour, 100.5, centre=index.by_key[centre].first_trial)
+    assert [entry.key for entry in tie_group(index, maximize=True)] == [leader]
+    winner = crown(index, maximize=True)
+    assert winner is not None and winner.key == leader
 
 
 @pytest.mark.parametrize(
