@@ -185,13 +185,22 @@ def warm_start_sentence(warm: WarmStartSummary) -> str:
             f"configs that fit; the other {warm.unpredicted:,} were never predicted (the "
             "search reaches them last)"
         )
+    elif warm.replayed_configs is not None:
+        text = (
+            f"warm start: {total:,} effective configs fit, all screened, "
+            f"{warm.replayed_configs:,} replayed"
+        )
     else:
         text = f"warm start: {total:,} effective configs fit, all predicted"
     text += f", {warm.predicted_feasible:,} predicted feasible"
     if warm.predicted_now is not None:
-        stored = total - warm.unpredicted - warm.predicted_now
-        text += f"; this run predicted {warm.predicted_now:,}"
-        text += f" ({stored:,} were stored)" if stored else ""
+        known = total - warm.unpredicted
+        if warm.replayed_configs is not None:
+            known = warm.replayed_configs
+        stored = known - warm.predicted_now
+        verb = "replayed" if warm.replayed_configs is not None else "predicted"
+        text += f"; this run {verb} {warm.predicted_now:,}"
+        text += f" ({stored:,} were stored)" if stored > 0 else ""
     if warm.safety_stop_s is not None:
         text += f", stopped by the {warm.safety_stop_s:g}-s safety stop (warm_start_budget_s)"
     return text

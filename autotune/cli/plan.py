@@ -29,7 +29,6 @@ from autotune.workload.expand import load_plan
 from autotune.workload.plan import WorkloadPlan
 
 DEFAULT_GPUS = ("rtx4090-24g", "l40s-48g", "h100-80g", "h200-141g")
-DEFAULT_PREDICTIONS = 12  # configs predicted per tuning: a sample of the space's lattice
 
 
 def target_load(
@@ -184,11 +183,14 @@ def plan(
     ] = None,
     storage: StorageOption = DEFAULT_STORAGE_URL,
     predictions: Annotated[
-        int,
+        int | None,
         typer.Option(
-            "--predictions", min=1, help="Configs predicted per tuning (a sample of the space)."
+            "--predictions",
+            min=1,
+            help="Configs the replay judges per tuning (default: 2% of the lattice); the screen "
+            "scores the whole lattice always.",
         ),
-    ] = DEFAULT_PREDICTIONS,
+    ] = None,
     out: Annotated[
         Path,
         typer.Option(
@@ -245,8 +247,9 @@ def plan(
     limits = ", ".join(limit.text for limit in goal.slos)
     title = f"{sim_name}: {workload_plan.name} at {describe(load)}, {limits}"
     notes = [
-        f"router: sessions round robin over the replicas (session k -> replica k mod R); "
-        f"each config tuned on the simulator ({predictions} configs predicted per tuning)",
+        "router: sessions round robin over the replicas (session k -> replica k mod R); "
+        "each config tuned on the simulator over its whole lattice (every config screened, "
+        + (f"the best {predictions} replayed)" if predictions else "the best 2% replayed)"),
         "headroom: the target load times this still meets every limit (>=: the most tried)",
     ]
     if profile is not None:

@@ -1,13 +1,13 @@
 """Each GPU kind's fleet: its config tuned on the simulator, then sized and priced.
 
 Per GPU kind: the space is tuned for the card at one replica's share of the target load
-(``results/what_if.py``'s ``tune_space``: the KV range scaled to the card, a sample of
-the lattice predicted, the warm start's prediction cache read and filled), and the
+(``results/what_if.py``'s ``tune_space``: the KV range scaled to the card, the whole
+lattice screened and its best replayed, the warm start's prediction cache read and filled), and the
 fewest replicas found for that config (``sizing.py``). While that is R > 1 (at most
 ``MAX_TUNINGS`` tunings), the space is tuned again at the share of R - 1 replicas, the
 config that meets the SLOs under that heavier share if any, and sized again; the configs
-that won on the GPU kinds planned before are tried too (a tuning predicts only a sample
-of the space). The smallest fleet is kept, the higher throughput on a tie. Then its
+that won on the GPU kinds planned before are tried too (the replay judges only the
+screen's short list). The smallest fleet is kept, the higher throughput on a tie. Then its
 headroom, its cost and the limit that sets its replica count.
 """
 
@@ -45,7 +45,7 @@ class PlanInputs:
     model: str  # as deployed (a path or id)
     sim_model: str  # the simulator catalog's model
     engine_version: str
-    max_predictions: int  # per tuning: a sample of the lattice
+    max_predictions: int | None  # replays per tuning (None: the two tiers' short list)
     calibration: CalibrationProfile | None = None
     cache_path: Path | None = None  # the disk prediction cache (None: none)
 
@@ -166,7 +166,7 @@ def plan_gpu(
 ) -> Candidate:
     """The cheapest fleet of ``gpu`` with ``tp`` GPUs a replica (module docstring);
     ``others``: configs that won on other candidates, kept (at this TP) when one needs fewer
-    replicas here (a tuning samples the space)."""
+    replicas here (the replay judges only the screen's short list)."""
     calibration = applying(inputs.calibration, gpu, inputs.sim_model)
     best: tuple[FleetModel, FleetPrediction] | None = None
     replicas, tuned_for = 1, set()

@@ -190,8 +190,9 @@ def tune_space(
     say: Callable[[str], None] | None = None,
 ) -> TunedForGpu:
     """``space`` tuned for catalog GPU ``gpu`` on the simulator: its KV range scaled to the
-    card, its lattice predicted over ``plan`` at ``load`` (at most ``max_predictions``, a
-    sample of it), the best predicted config that meets ``goal`` (else the nearest).
+    card, its whole lattice screened over ``plan`` at ``load`` and the best replayed (at most
+    ``max_predictions`` of them: ``tuner/two_tier.py``), the best predicted config that
+    meets ``goal`` (else the nearest).
     ``cache_path``: the disk prediction cache to read and fill (``tuner/prediction_cache.py``)."""
     if MAX_MODEL_LEN_FLAG not in space.fixed:  # the study did not say: size it as run does
         sized = _sized_max_model_len(space, plan, gpu=gpu, sim_model=sim_model, goal=goal)
@@ -220,10 +221,10 @@ def tune_space(
             max_predictions=max_predictions,
             say=say,
         )
+        picked = guide.diverse_top(1)  # replayed, where the screen alone scored it
     finally:
         if cache is not None:
             cache.close()
-    picked = guide.diverse_top(1)
     if not picked:
         raise NoConfigStarts(
             f"no config of the space starts on {gpu} with this workload's longest request "

@@ -10,7 +10,8 @@ keeps the catalog's ratio to the one before it. ``Recalibration.update`` turns a
 estimate that moved the mean accepted length by more than ``THRESHOLD`` (or, after a
 first recalibration, one that measures a position the last one extrapolated) into a calibrated
 oracle (``SimOracle.calibration`` with that acceptance), re-predicts the guide's MTP
-configs with it (worker processes, ``predict_all``) and replaces their predicted
+configs with it (the two tiers of ``tuner.two_tier``: every one screened, the best
+replayed) and replaces their predicted
 utility: the sampler re-ranks, the learned residual is taken against the new values, and
 the refiner predicts with the calibrated oracle. Predictions under a calibration are
 cached under a key that names it (``CalibratedCache``); rates are rounded to ``ROUND``,
@@ -28,7 +29,8 @@ from autotune.sim.virtual.predict import catalog_acceptance
 from autotune.trial.objective import Score
 from autotune.tuner.guide import Guide, PredictionCache
 from autotune.tuner.lattice import Candidate
-from autotune.tuner.predictor import SimOracle, predict_all
+from autotune.tuner.predictor import SimOracle
+from autotune.tuner.two_tier import predict_two_tier, shortlist_size
 from autotune.vocabulary import ServerStats
 
 # Re-predict when the mean accepted length moved by more than this: well above what one
@@ -174,16 +176,18 @@ class Recalibration:
             for i, candidate in enumerate(guide.candidates)
             if not guide.unpredicted[i] and self._is_speculative(candidate)
         ]
-        missing = [
-            guide.candidates[i] for i in affected if guide.candidates[i].key not in self.cache
-        ]
-        for candidate, scored in zip(
-            missing, predict_all(self.oracle, [c.config for c in missing]), strict=True
-        ):
-            self.cache[candidate.key] = scored
-        self.repredicted += len(missing)
+        tiers = predict_two_tier(
+            self.oracle,
+            [guide.candidates[i].config for i in affected],
+            [guide.candidates[i].key for i in affected],
+            self.cache,
+            maximize=maximize,
+            shortlist=shortlist_size(len(affected)),
+        )
+        self.repredicted += tiers.replayed
         self.affected = len(affected)
-        guide.repredict(affected, [self.cache[guide.candidates[i].key] for i in affected], maximize)
+        guide.oracle, guide.cache = self.oracle, self.cache  # what ``settle`` replays with now
+        guide.repredict(affected, tiers.scores, maximize, screened=list(tiers.screened))
         self.seconds = time.monotonic() - started
         return True
 
@@ -200,5 +204,6 @@ class Recalibration:
         return (
             f"recalibrated: MTP acceptance per draft position {rates} (measured over "
             f"{len(self.observations)} trials; the simulator assumed {prior}); "
-            f"{self.affected:,} MTP configs re-predicted in {self.seconds:.0f} s"
+            f"{self.affected:,} MTP configs re-screened, {self.repredicted:,} replayed, in "
+            f"{self.seconds:.1f} s"
         )

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +26,8 @@ from autotune.trial.run import Prescreen
 from autotune.tuner.backoff import MemoryBackoff
 from autotune.tuner.forked import default_workers
 from autotune.tuner.lattice import Candidate, enumerate_effective
-from autotune.tuner.predictor import SimOracle, predict_iter
+from autotune.tuner.predictor import SimOracle
+from autotune.tuner.two_tier import judge, predict_two_tier, shortlist_size
 
 MIN_SEED_DISTANCE = 0.25  # warm-start seeds differ by at least this (one categorical = 1)
 # Two configs predicted within this (log) of each other and closer than EQUIVALENT_DISTANCE
@@ -61,6 +62,12 @@ class Guide:
     stopped: int = 0  # configs of the budget left unpredicted by the safety stop
     budget_configs: int | None = None  # the warm start's budget in configs (None: all)
     budget_s: float | None = None  # its safety stop in wall seconds (None: none)
+    # True where the score is the screen's only (``two_tier``): ``settle`` replays it first.
+    screened: np.ndarray | None = None
+    oracle: SimOracle | None = None  # what ``settle`` replays with
+    cache: PredictionCache | None = None  # ... and where it keeps the replays
+    maximize: bool = True
+    replayed_now: int = 0  # replays this run made (the cache's not counted)
     by_key: dict[str, int] = field(default_factory=dict)
     backoff: MemoryBackoff = field(default_factory=MemoryBackoff)  # learned from OOM launches
     shortfall: np.ndarray = field(init=False)  # NaN where not predicted to run at all
@@ -69,6 +76,9 @@ class Guide:
         self.by_key = {candidate.key: index for index, candidate in enumerate(self.candidates)}
         if self.unpredicted is None:
             self.unpredicted = np.zeros(len(self.candidates), dtype=bool)
+        known = np.zeros(0, dtype=bool) if self.screened is None else self.screened
+        extra = np.zeros(len(self.candidates) - len(known), dtype=bool)  # off-lattice: replayed
+        self.screened = np.concatenate([known, extra])
         scores = self.scores or [None] * len(self.candidates)
         self.shortfall = np.array(
             [
@@ -90,12 +100,40 @@ class Guide:
         self.coords = np.vstack([self.coords, *[self.encode(c.params) for c in candidates]])
         self.__post_init__()
 
-    def repredict(self, indices: list[int], scores: list[Score | None], maximize: bool) -> None:
+    def settle(self, indices: list[int]) -> bool:
+        """Replay the candidates at ``indices`` that only the screen scored (before one is
+        launched or seeds the study); whether any was."""
+        assert self.screened is not None
+        pending = [i for i in indices if self.screened[i]]
+        if not pending or self.oracle is None:
+            return False
+        cache = {} if self.cache is None else self.cache
+        self.replayed_now += sum(self.candidates[i].key not in cache for i in pending)
+        found = judge(
+            self.oracle,
+            [self.candidates[i].config for i in pending],
+            [self.candidates[i].key for i in pending],
+            cache,
+        )
+        self.repredict(pending, found, self.maximize)
+        return True
+
+    def repredict(
+        self,
+        indices: list[int],
+        scores: list[Score | None],
+        maximize: bool,
+        *,
+        screened: bool | Sequence[bool] = False,
+    ) -> None:
         """Replace the predictions of the candidates at ``indices`` (a recalibrated
-        simulator's: ``autotune.tuner.acceptance``)."""
+        simulator's: ``autotune.tuner.acceptance``; ``screened``: the screen's only)."""
         self.scores = list(self.scores or [None] * len(self.candidates))
-        for index, scored in zip(indices, scores, strict=True):
+        assert self.screened is not None
+        flags = [screened] * len(indices) if isinstance(screened, bool) else list(screened)
+        for index, scored, flag in zip(indices, scores, flags, strict=True):
             self.scores[index] = scored
+            self.screened[index] = flag
             feasible = scored is not None and scored.feasible and scored.values
             self.utility[index] = utility_of(scored.values[0], maximize) if feasible else np.nan
         self.__post_init__()
@@ -104,6 +142,12 @@ class Guide:
     def predicted(self) -> int:
         """Candidates predicted to meet every constraint."""
         return int(np.isfinite(self.utility).sum())
+
+    @property
+    def replayed(self) -> int:
+        """Candidates the replay predicted (the rest have the screen's score only)."""
+        assert self.screened is not None
+        return int((~self.screened).sum())
 
     @property
     def known(self) -> int:
@@ -134,7 +178,15 @@ class Guide:
 
     def diverse_top(self, count: int, *, exclude: set[str] = frozenset()) -> list[Candidate]:
         """The ``count`` best predicted candidates, each far enough from the ones before;
-        when fewer are predicted feasible, the nearest to feasible fill the rest."""
+        when fewer are predicted feasible, the nearest to feasible fill the rest. Each is
+        replayed first where only the screen scored it (``settle``), and the pick made
+        again until every one was replayed."""
+        while True:
+            picked = self._diverse_top(count, exclude)
+            if not self.settle([self.by_key[c.key] for c in picked]):
+                return picked
+
+    def _diverse_top(self, count: int, exclude: set[str]) -> list[Candidate]:
         best = [i for i in np.argsort(-np.nan_to_num(self.utility, nan=-np.inf))]
         presumed_oom = self.presumed_oom
         best = [i for i in best if np.isfinite(self.utility[i]) and not presumed_oom[i]]
@@ -244,32 +296,42 @@ def build_guide(
         ]
     candidates = _ENUMERATIONS[memo_key]
     cache = {} if cache is None else cache
-    queue = warm_start_queue(candidates, max_predictions)
-    missing = [c for c in queue if c.key not in cache]
     say = say or (lambda _: None)
+    missing = sum(c.key not in cache for c in candidates)
+    shortlist = shortlist_size(len(candidates))
+    if max_predictions is not None:
+        shortlist = min(shortlist, max_predictions)
     if missing:
+        held = len(candidates) - missing
         say(
-            f"Warm start: predicting {len(missing):,} configs on the simulator"
-            + (
-                f" ({len(queue) - len(missing):,} more from the prediction cache)"
-                if len(queue) > len(missing)
-                else ""
-            )
+            f"Warm start: screening {missing:,} configs, replaying the best "
+            f"{min(shortlist, missing):,}"
+            + (f" ({held:,} from the prediction cache)" if held else "")
             + " ..."
         )
-    stopped = _predict_within(oracle, missing, cache, budget_s, started)
+    deadline = None if budget_s is None else started + budget_s
+    tiers = predict_two_tier(
+        oracle,
+        [c.config for c in candidates],
+        [c.key for c in candidates],
+        cache,
+        maximize=maximize,
+        shortlist=shortlist,
+        deadline=deadline,
+    )
     if missing:
-        said = f"Warm start: predicted {len(missing) - stopped:,} of {len(missing):,} configs in "
-        said += f"{time.monotonic() - started:.0f} s"
-        if stopped:
+        said = (
+            f"Warm start: screened {missing:,} configs, replayed {tiers.replayed:,} in "
+            f"{time.monotonic() - started:.1f} s"
+        )
+        if tiers.stopped:
             said += (
-                f"; stopped by the {budget_s:g}-s safety stop (warm_start_budget_s; the "
-                f"lattice's enumeration is never cut), the other {stopped:,} are left to the "
-                "search"
+                f"; stopped by the {budget_s:g}-s safety stop (warm_start_budget_s), the other "
+                f"{tiers.stopped:,} keep the screen's scores"
             )
         say(said)
     utility = np.full(len(candidates), np.nan)
-    scores = [cache.get(candidate.key) for candidate in candidates]
+    scores = tiers.scores
     for index, scored in enumerate(scores):
         if scored is not None and scored.feasible and scored.values:
             utility[index] = utility_of(scored.values[0], maximize)
@@ -281,12 +343,17 @@ def build_guide(
         coords=coords,
         encode=encode,
         scores=scores,
-        unpredicted=np.array([c.key not in cache for c in candidates], dtype=bool),
+        unpredicted=np.zeros(len(candidates), dtype=bool),
         seconds=time.monotonic() - started,
-        cached=sum(c.key in cache for c in candidates) - (len(missing) - stopped),
-        stopped=stopped,
+        cached=len(candidates) - missing,
+        stopped=tiers.stopped,
         budget_configs=max_predictions,
         budget_s=budget_s,
+        screened=tiers.screened,
+        oracle=oracle,
+        cache=cache,
+        maximize=maximize,
+        replayed_now=tiers.replayed,
     )
 
 
@@ -299,25 +366,3 @@ def warm_start_queue(
     however fast the machine is and whatever the cache already holds."""
     order = np.random.default_rng(0).permutation(len(candidates))
     return [candidates[i] for i in order][:max_predictions]
-
-
-def _predict_within(
-    oracle: SimOracle,
-    missing: list[Candidate],
-    cache: PredictionCache,
-    budget_s: float | None,
-    started: float,
-) -> int:
-    """Predict ``missing`` into ``cache`` in order until ``budget_s`` seconds after
-    ``started`` (the safety stop; a prediction under way is not waited for past it);
-    returns how many were left unpredicted."""
-    deadline = None if budget_s is None else started + budget_s
-    results = predict_iter(oracle, [c.config for c in missing], deadline=deadline)
-    done = 0
-    try:
-        for candidate, scored in zip(missing, results, strict=False):
-            cache[candidate.key] = scored
-            done += 1
-    finally:
-        results.close()
-    return len(missing) - done

@@ -20,10 +20,12 @@ from autotune.replay.load import LoadSpec
 from autotune.sim.model.calibration_profile import CalibrationProfile
 from autotune.sim.model.config import SimConfig
 from autotune.sim.server.flags import parse_serve_args
-from autotune.sim.virtual.predict import Prediction, predict
+from autotune.sim.virtual.predict import Prediction, catalog_acceptance, plan_renderer, predict
+from autotune.sim.virtual.screen import Screened, screen
 from autotune.trial.objective import Goal, Score, request_slo, score
 from autotune.trial.prescreen import memory_margin
 from autotune.tuner.forked import default_workers, forked_map, worker_state
+from autotune.vocabulary import Failure
 from autotune.workload.plan import WorkloadPlan
 
 PARALLEL_ABOVE = 64  # fewer configs than this are predicted in this process
@@ -74,6 +76,27 @@ class SimOracle:
         prediction = self.predict(config)
         return None if prediction is None else score_prediction(self.goal, prediction)
 
+    def screen(self, configs: Sequence[TrialConfig]) -> list[Score | None]:
+        """The screen's scores of ``configs`` (``sim/virtual/screen.py``: well under a
+        millisecond a config, a ranking to pick what the replay judges); None where the
+        simulator cannot model a config."""
+        sims = [self.sim_config(config) for config in configs]
+        modelled = [sim for sim in sims if sim is not None]
+        plan = self.plan
+        plan_key = (plan.name, plan.digest, plan.token_space, len(plan.requests))
+        screened = iter(
+            screen(
+                modelled,
+                plan,
+                self.load,
+                slo=request_slo(self.goal.slos),
+                calibration=self.calibration,
+                acceptance=catalog_acceptance(self.sim_model, plan),
+                renderer=plan_renderer(plan_key),
+            )
+        )
+        return [None if sim is None else score_screened(self.goal, next(screened)) for sim in sims]
+
 
 def score_prediction(goal: Goal, prediction: Prediction) -> Score:
     """Score a prediction exactly as a measured trial is scored."""
@@ -85,6 +108,17 @@ def score_prediction(goal: Goal, prediction: Prediction) -> Score:
         failure=prediction.failure,
         memory_margin=margin,
     )
+
+
+def score_screened(goal: Goal, screened: Screened) -> Score:
+    """Score the screen's figures as a prediction is scored."""
+    memory = screened.memory
+    margin = memory_margin(memory.headroom_bytes, memory.visible_bytes, fits=memory.fits)
+    failure = None
+    if screened.failure is not None:
+        text = f"screened: {screened.failure.value}"
+        failure = Failure(failure_class=screened.failure, message=text, log_excerpt=text)
+    return score(goal, stats=screened.stats, failure=failure, memory_margin=margin)
 
 
 def _score_in_worker(config: TrialConfig) -> Score | None:

@@ -32,7 +32,12 @@ class WarmStartSummary(BaseModel):
         default=None, description="of the effective configs, those predicted (null: all)"
     )
     predicted_now: int | None = Field(
-        default=None, description="of those, predicted by the latest run (the rest were stored)"
+        default=None,
+        description="of those, replayed by the latest run (the rest were stored)",
+    )
+    replayed_configs: int | None = Field(
+        default=None,
+        description="of the predicted configs, those the replay judged (the rest screened)",
     )
     safety_stop_s: float | None = Field(
         default=None, description="the latest run's safety stop, when it fired (null: did not)"

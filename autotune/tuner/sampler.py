@@ -61,19 +61,28 @@ class GuidedSampler(BaseSampler):
     ) -> dict[str, Any]:
         if trial.system_attrs.get("fixed_params"):
             return {}  # an enqueued trial (baseline, seed, confirmation)
+        while True:  # a pick the screen alone scored is replayed, then the pick made again
+            pick = self._pick()
+            if pick is None or not self.guide.settle([pick]):
+                break
+        if pick is not None:
+            return dict(self.guide.candidates[pick].params)
+        tried = self.guide.ruled_out(set(self.index.by_key) | self.index.pending)
+        unknown = np.flatnonzero(self.guide.unpredicted & ~tried)
+        if len(unknown):
+            return dict(self.guide.candidates[int(self._rng.choice(unknown))].params)
+        return {}
+
+    def _pick(self) -> int | None:
+        """The best optimistic estimate not tried, else the nearest to feasible."""
         mean, spread = self.estimates()
         estimate = mean + EXPLORATION * spread
         tried = self.guide.ruled_out(set(self.index.by_key) | self.index.pending)
         estimate = np.where(tried | ~np.isfinite(estimate), -np.inf, estimate)
         if len(estimate) and np.isfinite(estimate.max()):
-            return dict(self.guide.candidates[int(np.argmax(estimate))].params)
+            return int(np.argmax(estimate))
         nearest = [i for i in self.guide.nearest() if not tried[i]]
-        if nearest:
-            return dict(self.guide.candidates[nearest[0]].params)
-        unknown = np.flatnonzero(self.guide.unpredicted & ~tried)
-        if len(unknown):
-            return dict(self.guide.candidates[int(self._rng.choice(unknown))].params)
-        return {}
+        return nearest[0] if nearest else None
 
     def sample_independent(
         self,

@@ -249,13 +249,16 @@ class Tuner:
         waiting = [seed for seed in self._seeds if seed.key not in taken]
         if not waiting or not any(seed.key in self.index.by_key for seed in self._seeds):
             return None
-        mean, _ = sampler.estimates()
         guide = sampler.guide
-        tried = guide.ruled_out(set(taken))
-        masked = np.where(tried | ~np.isfinite(mean), -np.inf, mean)
-        best = int(np.argmax(masked))
-        if not masked[best] > max(mean[guide.by_key[seed.key]] for seed in waiting):
-            return None
+        while True:  # a config the screen alone scored is replayed before it overtakes
+            mean, _ = sampler.estimates()
+            tried = guide.ruled_out(set(taken))
+            masked = np.where(tried | ~np.isfinite(mean), -np.inf, mean)
+            best = int(np.argmax(masked))
+            if not masked[best] > max(mean[guide.by_key[seed.key]] for seed in waiting):
+                return None
+            if not guide.settle([best]):
+                break
         candidate = guide.candidates[best]
         self._proposed.add(candidate.key)
         return Role(dict(candidate.params))
@@ -413,7 +416,8 @@ class Tuner:
             seconds=round(guide.seconds, 1),
             seeds=len(self._seeds),
             predicted_configs=guide.known,
-            predicted_now=guide.known - guide.cached,
+            predicted_now=guide.replayed_now,
+            replayed_configs=guide.replayed,
             safety_stop_s=guide.budget_s if guide.stopped else None,
         )
         TunerStudyRecord(warm_start=summary).write(study)

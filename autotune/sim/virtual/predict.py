@@ -74,7 +74,7 @@ def process_shared_runs() -> SharedRuns:
 
 
 @functools.lru_cache(maxsize=PLAN_RENDERERS)
-def _plan_renderer(plan_key: tuple[str, str, str, int]) -> PromptRenderer:
+def plan_renderer(plan_key: tuple[str, str, str, int]) -> PromptRenderer:
     """A renderer per recent plan: its caches are message texts, so sharing is always safe."""
     return PromptRenderer()
 
@@ -189,7 +189,7 @@ def predict(
     found = shared.find(key, engine, startup_report(memory))
     if found is not None:
         return found
-    prediction = _replay(engine, plan, load, slo, renderer or _plan_renderer(plan_key))
+    prediction = _replay(engine, plan, load, slo, renderer or plan_renderer(plan_key))
     prediction.expected_error = expected_error
     shared.keep(key, engine, prediction)
     return prediction
