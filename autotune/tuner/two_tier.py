@@ -26,8 +26,13 @@ from autotune.trial.objective import Score
 from autotune.tuner.predictor import SimOracle, predict_iter
 
 SHORTLIST_SHARE = 0.02  # the replay judges this share of the lattice up front
-SHORTLIST_MIN = 8  # ... and never fewer configs than this
+SHORTLIST_MIN = 64  # ... and never fewer (a small lattice affords it: ~2 s of replays)
 SLO_SLACK = 0.5  # a screened SLO shortfall (value / limit - 1) the short list still takes
+# The screen is trusted where the short list's replays bear it out; elsewhere (a card whose
+# KV pool the long sessions overflow, where preemption sets the pace) the list doubles
+# until they do, or the replay has judged the whole lattice.
+MAX_FAILED = 0.5  # of a short list, at most this share fails or misses a limit on replay
+MAX_ERROR = 0.15  # median |log(replay / screen)| over the short list's configs that run
 
 
 @dataclass
@@ -72,32 +77,59 @@ def predict_two_tier(
     shortlist: int,
     deadline: float | None = None,
 ) -> TwoTier:
-    """Screen ``configs`` (TrialConfigs, ``keys`` their cache keys), replay the best
-    ``shortlist`` of those ``cache`` lacks into it, and return every config's score:
+    """Screen ``configs`` (TrialConfigs, ``keys`` their cache keys), replay those of its
+    best ``shortlist`` that ``cache`` lacks into it, and return every config's score:
     the cache's replay where it has one, else the screen's. ``deadline``
     (``time.monotonic()``) is the replays' safety stop."""
     missing = [i for i, key in enumerate(keys) if key not in cache]
-    screened_scores = oracle.screen([configs[i] for i in missing]) if missing else []
-    by_index = dict(zip(missing, screened_scores, strict=True))
-    order = screen_rank(screened_scores, maximize)[:shortlist]
-    judged = [missing[int(j)] for j in order]
-    replayed = 0
-    results = predict_iter(oracle, [configs[i] for i in judged], deadline=deadline)
-    try:
-        for index, scored in zip(judged, results, strict=False):
-            cache[keys[index]] = scored
-            replayed += 1
-    finally:
-        results.close()
+    screened_scores = oracle.screen(configs) if missing else []
+    # The short list is the screen's top over every config (so that a second run, whose
+    # cache holds the first's replays, replays nothing); the replay judges those it lacks.
+    ranked = [int(i) for i in screen_rank(screened_scores, maximize)] if missing else []
+    replayed = stopped = 0
+    taken = 0
+    while taken < len(ranked):
+        size = shortlist if taken == 0 else taken  # the list doubles while not trusted
+        batch, taken = ranked[taken : taken + size], taken + size
+        judged = [i for i in batch if keys[i] not in cache]
+        results = predict_iter(oracle, [configs[i] for i in judged], deadline=deadline)
+        done = 0
+        try:
+            for index, scored in zip(judged, results, strict=False):
+                cache[keys[index]] = scored
+                done += 1
+        finally:
+            results.close()
+        replayed, stopped = replayed + done, stopped + len(judged) - done
+        if stopped or trusted(
+            [screened_scores[i] for i in ranked[:taken]],
+            [cache.get(keys[i]) for i in ranked[:taken]],
+        ):
+            break
     scores: list[Score | None] = []
     screened = np.zeros(len(keys), dtype=bool)
     for index, key in enumerate(keys):
         if key in cache:
             scores.append(cache[key])
         else:
-            scores.append(by_index[index])
+            scores.append(screened_scores[index])
             screened[index] = True
-    return TwoTier(scores, screened, replayed, len(judged) - replayed)
+    return TwoTier(scores, screened, replayed, stopped)
+
+
+def trusted(screened: Sequence[Score | None], replayed: Sequence[Score | None]) -> bool:
+    """Whether the replays of a short list bear the screen out: of the configs the screen
+    put there, the replay runs most (no more than ``MAX_FAILED`` fail or miss a limit) and
+    its values are within ``MAX_ERROR`` of the screen's (median of the log ratio)."""
+    runs = [r is not None and r.feasible for r in replayed]
+    if sum(runs) < (1 - MAX_FAILED) * len(replayed):
+        return False
+    errors = [
+        abs(math.log(max(r.values[0], 1e-9) / max(s.values[0], 1e-9)))
+        for s, r, ok in zip(screened, replayed, runs, strict=True)
+        if ok and s is not None and s.values and r is not None and r.values
+    ]
+    return bool(errors) and float(np.median(errors)) <= MAX_ERROR
 
 
 def judge(

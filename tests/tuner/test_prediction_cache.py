@@ -95,10 +95,16 @@ def test_cached_predictions_are_the_serial_uncached_ones_to_the_bit(
     assert len(first.candidates) == len(serial) > 64 and first.cached == 0
     warm = CachedPredictions(spec.oracle, disk=disk)  # another run: nothing in memory
     second = guide(spec, warm)
-    assert second.cached == len(serial) and warm.hits == {"study": 0, "disk": len(serial)}
-    for candidate, scored in zip(second.candidates, second.scores, strict=True):
-        reference = serial[candidate.key]
-        assert scored == reference and as_json(scored) == as_json(reference)
+    # The cache holds replays (the screen's short list): the second run replays none.
+    replayed = first.replayed
+    assert second.cached == replayed and warm.hits == {"study": 0, "disk": replayed}
+    assert second.replayed_now == 0
+    for candidate, scored, screened in zip(
+        second.candidates, second.scores, second.screened, strict=True
+    ):
+        if not screened:
+            reference = serial[candidate.key]
+            assert scored == reference and as_json(scored) == as_json(reference)
     np.testing.assert_array_equal(first.utility, second.utility)
 
 
@@ -108,11 +114,10 @@ def test_the_parallel_cached_warm_start_ranks_as_the_serial_one(
     parallel = guide(spec, CachedPredictions(spec.oracle, disk=tmp_path / "p.sqlite"))
     reference = guide(spec, dict(serial))  # every prediction given: nothing predicted
     assert reference.cached == len(serial)
-    order = np.argsort(-np.nan_to_num(parallel.utility, nan=-np.inf), kind="stable")
-    expected = np.argsort(-np.nan_to_num(reference.utility, nan=-np.inf), kind="stable")
     assert [c.key for c in parallel.candidates] == [c.key for c in reference.candidates]
-    assert order.tolist() == expected.tolist()
-    assert [c.key for c in parallel.diverse_top(4)] == [c.key for c in reference.diverse_top(4)]
+    replayed = ~parallel.screened  # the short list: replayed in worker processes
+    assert replayed.sum() == parallel.replayed > 0
+    np.testing.assert_array_equal(parallel.utility[replayed], reference.utility[replayed])
 
 
 def test_the_parallel_enumeration_is_the_serial_one(spec: StudySpec) -> None:
@@ -201,16 +206,24 @@ def test_a_study_stores_its_warm_start_and_a_resume_reads_it_without_the_disk(
     assert first_cache.store(study, [c.key for c in first.candidates])
     assert not first_cache.store(study, [c.key for c in first.candidates])  # nothing new
     stored = read_stored(storage, "s")
-    assert stored is not None and len(stored.entries) == len(serial)
+    assert stored is not None and len(stored.entries) == first.replayed  # the replays
     assert len(json.dumps(study.user_attrs[STUDY_ATTR])) < 100_000  # compressed
     resumed_cache = CachedPredictions(spec.oracle, stored=stored)
     resumed = guide(spec, resumed_cache)
-    assert resumed.cached == len(serial) and resumed_cache.hits["study"] == len(serial)
-    assert resumed.scores == [serial[c.key] for c in resumed.candidates]
+    assert resumed.cached == first.replayed == resumed_cache.hits["study"]
+    assert resumed.replayed_now == 0  # the resume replays nothing
+    assert [
+        s for s, screened in zip(resumed.scores, resumed.screened, strict=True) if not screened
+    ] == [
+        serial[c.key]
+        for c, screened in zip(resumed.candidates, resumed.screened, strict=True)
+        if not screened
+    ]
     # Stored under other inputs (another simulator version, say): not used.
     other = dataclasses.replace(spec.oracle, seed=9)
     stale = CachedPredictions(other, stored=stored)
-    assert stale.stale_stored == len(serial) and first.candidates[0].key not in stale
+    replayed = next(c.key for c, s in zip(first.candidates, first.screened, strict=True) if not s)
+    assert stale.stale_stored == first.replayed and replayed not in stale
     assert read_stored(storage, "no such study") is None
 
 
@@ -258,7 +271,13 @@ def test_a_cache_that_cannot_be_used_is_switched_off_and_the_run_predicts(
     cache = CachedPredictions(spec.oracle, disk=disk)
     found = guide(spec, cache)
     assert cache.problem is not None and str(disk) in cache.problem
-    assert found.scores == [serial[c.key] for c in found.candidates]
+    replayed = [
+        c for c, screened in zip(found.candidates, found.screened, strict=True) if not screened
+    ]
+    assert len(replayed) == found.replayed > 0
+    assert [found.scores[found.by_key[c.key]] for c in replayed] == [
+        serial[c.key] for c in replayed
+    ]
     cache.close()
     with pytest.raises((sqlite3.DatabaseError, OSError)):  # the file is left as it was
         PredictionStore(disk)
