@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -46,21 +47,8 @@ PLAN_GPUS = ("rtx4090-24g", "l40s-48g", "a100-80g", "h100-80g", "h200-141g")
 
 
 def spearman(a: np.ndarray, b: np.ndarray) -> float:
-    """Spearman's rho (average ranks for ties)."""
-
-    def ranks(x: np.ndarray) -> np.ndarray:
-        order = np.argsort(x, kind="stable")
-        r = np.empty(len(x))
-        r[order] = np.arange(len(x))
-        for value in np.unique(x):  # ties share their mean rank
-            mask = x == value
-            r[mask] = r[mask].mean()
-        return r
-
-    ra, rb = ranks(a), ranks(b)
-    if ra.std() == 0 or rb.std() == 0:
-        return float("nan")
-    return float(np.corrcoef(ra, rb)[0, 1])
+    """Spearman's rho (ties at their mean rank), as pandas computes it."""
+    return float(pd.Series(a).corr(pd.Series(b), method="spearman"))
 
 
 def value(scored) -> float:

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -74,6 +74,7 @@ class Traffic:
     slots: int  # concurrency: sessions (or requests) in flight at once
     renderer: PromptRenderer
     plan: WorkloadPlan
+    _reuse: dict[int, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def sessions(self) -> int:
@@ -107,9 +108,6 @@ class Traffic:
         if len(firsts) < 2:
             return 0.0
         return float(np.median(self.reuse(CACHE_UNIT_MIN_TOKENS)[firsts[1:]]))
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_reuse", {})
 
 
 def read_traffic(plan: WorkloadPlan, load: LoadSpec, renderer: PromptRenderer) -> Traffic:
