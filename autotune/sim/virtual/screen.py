@@ -57,6 +57,9 @@ from autotune.workload.plan import WorkloadPlan
 PASSES = 4  # fixed-point passes over the workload (batch, prefill share, session starts)
 BLOCK = 512  # configs computed together (arrays of BLOCK x requests stay small)
 KEEP_EXPONENT = 0.4  # LRU keeps more of a returning prefix than the pool's share (measured)
+_DEBUG: dict = {}
+import os
+WASTE = float(os.environ.get("WASTE", "1"))
 BATCH_LADDER = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 
 
@@ -176,6 +179,7 @@ class _Terms:
     chunk_pair_s: float  # ... per query-key pair
     decode_s: np.ndarray  # decode step time at each batch of BATCH_LADDER (clipped)
     pool_tokens: float  # KV tokens of the pool
+    block_tokens: float  # a block's tokens (a request holds whole blocks)
     state_tokens: float  # a running request's state blocks (hybrid models), in tokens
     host_store: bool
     load_token_s: float  # PCIe seconds per external (LMCache) token
@@ -247,7 +251,7 @@ def _terms(
     unit = max(1, math.ceil(CACHE_UNIT_MIN_TOKENS / block_tokens)) * block_tokens
     return _Terms(
         memory=memory,
-        seats=min(float(memory.max_num_seqs), kv_seats),
+        seats=float(memory.max_num_seqs),
         chunk=chunk,
         tokens_per_step=expected_tokens_per_step(rates, k) if k else 1.0,
         chunk_fixed_s=max(0.0, small - token_s),
@@ -255,6 +259,7 @@ def _terms(
         chunk_pair_s=pair_s,
         decode_s=decode,
         pool_tokens=pool_blocks / groups * block_tokens,
+        block_tokens=float(block_tokens),
         state_tokens=state_tokens,
         host_store=config.lmcache,
         load_token_s=memory.attention_bytes_per_token / gpu.pcie_bytes_s,
@@ -310,7 +315,7 @@ def _queue(
     col = lambda name: np.array([getattr(t, name) for t in terms], dtype=np.float64)  # noqa: E731
     seats, chunk, per_step = col("seats"), col("chunk"), col("tokens_per_step")
     fixed_s, token_s, pair_s = col("chunk_fixed_s"), col("chunk_token_s"), col("chunk_pair_s")
-    pool, state = col("pool_tokens"), col("state_tokens")
+    pool, state, block = col("pool_tokens"), col("state_tokens"), col("block_tokens")
     host = np.array([t.host_store for t in terms])
     caching = np.array([t.caching for t in terms])
     load_s = col("load_token_s")
@@ -320,23 +325,51 @@ def _queue(
     prompt, output = traffic.prompt[None, :], traffic.output[None, :]
     sessions = traffic.sessions
     active = float(min(traffic.slots, sessions)) if traffic.mode != "trace" else float(sessions)
-    max_seats = int(min(max(seats.max(initial=1.0), 1.0), n or 1))
+    in_flight = n if traffic.mode == "trace" else int(active)  # at most this many at once
+    max_seats = int(min(max(seats.max(initial=1.0), 1.0), n or 1, max(1, in_flight)))
     seat_order = np.arange(max_seats)[None, :]
+    rows = np.arange(count)
+    # The KV a request holds while it runs: its context past the shared prefix (held once),
+    # in whole blocks, and its state; at most the pool (one such request runs alone).
+    shared = np.where(caching, traffic.shared_prefix, 0.0)[:, None]
+    held = np.maximum(prompt + output - shared, 1.0)
+    capacity = np.maximum(pool - shared[:, 0], block)  # what the requests' own contexts share
+    need = np.ceil(held / block[:, None]) * block[:, None] + state[:, None]
+    need = np.minimum(need, capacity[:, None])
+    own = np.maximum(reuse - shared, 0.0)  # a request's reusable prefix past the shared one
+    parent = np.array([max(p) if p else -1 for p in traffic.parents], dtype=np.int64)
+    most = max((len(p) for p in traffic.parents), default=0)
+    parents = np.full((n, max(most, 1)), -1, dtype=np.int64)
+    for i, found in enumerate(traffic.parents):
+        parents[i, : len(found)] = found
+    has_parent = parents[:, 0] >= 0
+    kids: list[list[int]] = [[] for _ in range(n)]
+    for i, found in enumerate(traffic.parents):
+        for p in found:
+            kids[p].append(i)
+    children = np.full((n, max(1, max((len(c) for c in kids), default=0))), -1, dtype=np.int64)
+    for i, found in enumerate(kids):
+        children[i, : len(found)] = found
 
     batch = np.minimum(seats, max(1.0, active / 2))
+    timeline: tuple[np.ndarray, ...] | None = None  # the last pass's prefills and waits
     working = active * float(np.mean(traffic.prompt)) if n else 1.0
     session_start = np.zeros((count, sessions))
     trace = traffic.mode == "trace"
     plan_order = np.argsort(traffic.wait, kind="stable") if trace else np.arange(n)
     ready_at: np.ndarray | None = None  # each request's readiness, once a pass has run
-    rows = np.arange(count)
+    admitted: np.ndarray | None = None  # ... its admission (the last pass's)
+    finish = np.zeros((count, n))
     for _ in range(PASSES):
-        # The share of the reusable prefixes the pool keeps: the sessions in flight each
-        # hold their context (the running ones their state too); past the pool, LRU
-        # loses most of the returning sessions' prefixes.
-        need = working + np.minimum(batch, seats) * state
-        kept = np.where(caching, np.clip(pool / need, 0.0, 1.0) ** KEEP_EXPONENT, 0.0)[:, None]
-        local = reuse * kept
+        if admitted is None:
+            # No timeline yet: the share of the reusable prefixes the pool keeps, from the
+            # sessions in flight each holding their context.
+            need_all = working + np.minimum(batch, seats) * state
+            kept = np.clip(pool / need_all, 0.0, 1.0) ** KEEP_EXPONENT
+            local = np.minimum(reuse, shared) + own * kept[:, None]
+        else:
+            local = np.minimum(reuse, shared) + _kept(traffic, parent, own, need, capacity, admitted, finish)
+        local = np.where(caching[:, None], local, 0.0)
         external = np.where(host[:, None], reuse - local, 0.0)
         uncached = np.maximum(prompt - local - external, 1.0)
         chunks = np.ceil(uncached / chunk[:, None])
@@ -349,52 +382,239 @@ def _queue(
         step_s = _interp_rows(batch, ladder, decode_table)
         # A prefill chunk's step carries the decoding batch beside it.
         prefill_s += chunks * np.maximum(step_s - decode_table[:, 0], 0.0)[:, None]
-        decode_s = np.maximum(output - 1.0, 0.0) / per_step[:, None] * step_s[:, None]
+        steps_needed = np.maximum(output - 1.0, 0.0) / per_step[:, None]
+        full_chunk_s = fixed_s + chunk * token_s + np.maximum(step_s - decode_table[:, 0], 0.0)
+        pace = _Pace.idle(step_s) if timeline is None else _Pace.build(*timeline, full_chunk_s, step_s)
         finish = np.zeros((count, n))
         first_token = np.zeros((count, n))
         seated_at = np.zeros((count, n))
+        seat_ready = np.zeros((count, n))  # when a seat was free (before room in the pool)
+        begun_at = np.zeros((count, n))  # its prefill's start
         seat_free = np.where(seat_order < np.floor(seats)[:, None], 0.0, np.inf)
+        seat_kv = np.zeros((count, max_seats))
         prefill_free = np.zeros(count)
+        last_start = np.zeros(count)
         slot_free = np.zeros((count, max(1, traffic.slots)))
-        # Sessions after the first pass: each config's requests in order of readiness
-        # (the last pass's), as its queues would take them; else the plan's order.
-        settled = traffic.mode == "sessions" and ready_at is not None
-        sequence = np.argsort(ready_at, axis=1, kind="stable") if settled else None
-        ready_at = np.zeros((count, n)) if ready_at is None else ready_at
+        sessions_mode = traffic.mode == "sessions"
+        ready_at = np.zeros((count, n))
+        if sessions_mode:  # taken in order of readiness, known once the parents are done
+            known = np.where(has_parent[None, :], np.inf, 0.0)
+            known = known + np.where(has_parent[None, :], 0.0, session_start[:, traffic.session] + traffic.wait[None, :])
+            pending = np.broadcast_to((parents >= 0).sum(axis=1), (count, n)).copy()
+            parent_end = np.full((count, n), -np.inf)
+        in_order = trace or sessions_mode
         for k in range(n):
-            col = sequence[:, k] if sequence is not None else np.full(count, plan_order[k])
-            if settled:
-                ready = ready_at[rows, col]
+            if sessions_mode:
+                col = np.argmin(known, axis=1)
+                ready = known[rows, col]
+                known[rows, col] = np.inf
             else:
+                col = np.full(count, plan_order[k])
                 ready = _ready(traffic, int(plan_order[k]), finish, session_start, slot_free)
-                ready_at[rows, col] = ready
+            ready_at[rows, col] = ready
+            # First come, first served: a seat, then room in the pool for its context.
+            start = np.maximum(ready, seat_free.min(axis=1))
+            if in_order:  # requests taken in order of readiness: first come, first served
+                start = np.maximum(start, last_start)
+            seat_ready[rows, col] = start
+            start = _room(start, seat_free, seat_kv, need[rows, col], capacity)
+            last_start = start
             j = np.argmin(seat_free, axis=1)
-            seated = np.maximum(ready, seat_free[rows, j])
-            seated_at[rows, col] = seated
-            begin = np.maximum(seated, prefill_free)
+            seated_at[rows, col] = start
+            begin = np.maximum(start, prefill_free)
+            begun_at[rows, col] = begin
             prefill_free = begin + prefill_s[rows, col]
             first_token[rows, col] = prefill_free
-            done = prefill_free + decode_s[rows, col]
+            done = pace.time_at(pace.steps_at(prefill_free) + steps_needed[rows, col])
+            done = np.maximum(done, prefill_free)
             finish[rows, col] = done
             seat_free[rows, j] = done
+            seat_kv[rows, j] = need[rows, col]
             if traffic.mode == "concurrency":
                 slot_free[rows, np.argmax(np.isinf(slot_free), axis=1)] = done
+            if sessions_mode:  # its children are ready once their last parent is done
+                for child in children[col].T:
+                    has = child >= 0
+                    at = np.where(has, child, 0)
+                    parent_end[rows, at] = np.where(has, np.maximum(parent_end[rows, at], done), parent_end[rows, at])
+                    pending[rows, at] -= has
+                    now = has & (pending[rows, at] == 0)
+                    known[rows, at] = np.where(now, parent_end[rows, at] + traffic.wait[at], known[rows, at])
+        admitted = seated_at
         window = np.maximum(finish.max(axis=1, initial=0.0), 1e-9)
         decoding = (finish - first_token).sum(axis=1)
         batch = np.clip(decoding / window, 1.0, np.maximum(seats, 1.0))
+        # Each decode's share of steps that carry a chunk: another request's prefill, or one
+        # that waits for room in the pool (vLLM admits it, preempts it, admits it again).
+        # The last pass's timeline: each prefill (its chunks) and each wait for room in the
+        # pool (vLLM admits the waiting request, preempts it, admits it again: chunk steps).
+        previous = np.concatenate([np.zeros((count, 1)), np.sort(seated_at, axis=1)[:, :-1]], axis=1)
+        rank = np.argsort(np.argsort(seated_at, axis=1, kind="stable"), axis=1, kind="stable")
+        waiting_from = np.minimum(np.maximum(seat_ready, previous[rows[:, None], rank]), seated_at)
+        if WASTE == 0:
+            waiting_from = seated_at
+        timeline = (begun_at, first_token, chunks, waiting_from, seated_at)
         ttft = first_token - ready_at
         e2e = finish - ready_at
         if traffic.mode == "sessions":  # the next pass's readiness, from this one's ends
             session_start = _session_starts(traffic, ready_at, finish)
-            ready_at = np.zeros((count, n))
-            for i in range(n):
-                ready_at[:, i] = _ready(traffic, i, finish, session_start, slot_free)
+    _DEBUG.update(local=local, external=external, uncached=uncached, prefill_s=prefill_s, step_s=step_s, batch=batch, window=window, seated=seated_at, finish=finish, first=first_token, ready=ready_at)
     tpot = np.where(output > 1, (finish - first_token) / np.maximum(output - 1, 1), np.nan)
     itl = np.repeat((step_s / per_step)[:, None], n, axis=1)
     running = _peak_running(seated_at, finish)
     step_tokens = np.minimum(chunk, uncached.max(axis=1, initial=1.0) + running * per_step)
     figures = _figures(window, ttft, tpot, itl, e2e, traffic, slo)
     return [(figures[c], running[c], step_tokens[c]) for c in range(count)]
+
+
+def _room(
+    start: np.ndarray, seat_free: np.ndarray, seat_kv: np.ndarray, need: np.ndarray, pool: np.ndarray
+) -> np.ndarray:
+    """Per config, the earliest time from ``start`` at which the pool holds ``need`` more
+    tokens beside the running requests' (each seat's until it frees)."""
+    order = np.argsort(seat_free, axis=1)
+    free_at = np.take_along_axis(seat_free, order, axis=1)
+    kv = np.take_along_axis(seat_kv, order, axis=1)
+    kv = np.where(np.isfinite(free_at), kv, 0.0)
+    running = np.where(free_at > start[:, None], kv, 0.0)
+    # after the i-th seat (in order of freeing) frees: what the later ones still hold
+    held_after = running.sum(axis=1, keepdims=True) - np.cumsum(running, axis=1)
+    times = np.concatenate([start[:, None], np.maximum(start[:, None], free_at)], axis=1)
+    used = np.concatenate([running.sum(axis=1, keepdims=True), held_after], axis=1)
+    fits = used + need[:, None] <= pool[:, None] + 1e-6
+    fits[:, -1] = True
+    first = np.argmax(fits, axis=1)
+    found = times[np.arange(len(start)), first]
+    return np.where(np.isfinite(found), found, start)
+
+
+@dataclass
+class _Pace:
+    """Per config, the decode steps a running request has made by each time: a decode
+    step takes ``idle_step_s`` alone and one chunk's step beside a prefill (or a request
+    that vLLM admits and preempts while it waits for room), from the last pass's timeline."""
+
+    times: np.ndarray  # count x m, ascending
+    steps: np.ndarray  # count x m, steps made by each time
+    idle_step_s: np.ndarray  # count
+
+    @classmethod
+    def idle(cls, step_s: np.ndarray) -> _Pace:
+        zeros = np.zeros((len(step_s), 1))
+        return cls(zeros, zeros.copy(), step_s)
+
+    @classmethod
+    def build(
+        cls,
+        prefill_from: np.ndarray,
+        prefill_to: np.ndarray,
+        chunks: np.ndarray,
+        wait_from: np.ndarray,
+        wait_to: np.ndarray,
+        full_chunk_s: np.ndarray,
+        step_s: np.ndarray,
+    ) -> _Pace:
+        count, n = prefill_from.shape
+        rate = chunks / np.maximum(prefill_to - prefill_from, 1e-9)  # chunk steps a second
+        times = np.concatenate([prefill_from, prefill_to, wait_from, wait_to], axis=1)
+        rate_delta = np.concatenate([rate, -rate, np.zeros((count, 2 * n))], axis=1)
+        wait_delta = np.concatenate([np.zeros((count, 2 * n)), np.ones((count, n)), -np.ones((count, n))], axis=1)
+        order = np.argsort(times, axis=1, kind="stable")
+        times = np.take_along_axis(times, order, axis=1)
+        prefill_rate = np.cumsum(np.take_along_axis(rate_delta, order, axis=1), axis=1)
+        waiting = np.cumsum(np.take_along_axis(wait_delta, order, axis=1), axis=1) > 0.5
+        slope = np.where(
+            prefill_rate > 1e-12,
+            prefill_rate,
+            np.where(waiting, 1.0 / full_chunk_s[:, None], 1.0 / step_s[:, None]),
+        )
+        span = np.diff(times, axis=1, prepend=0.0)
+        before = np.concatenate([1.0 / step_s[:, None], slope[:, :-1]], axis=1)  # each span's
+        steps = np.cumsum(span * before, axis=1)
+        return cls(times, steps, step_s)
+
+    def steps_at(self, at: np.ndarray) -> np.ndarray:
+        return self._lookup(self.times, self.steps, at, 1.0 / self.idle_step_s)
+
+    def time_at(self, steps: np.ndarray) -> np.ndarray:
+        return self._lookup(self.steps, self.times, steps, self.idle_step_s)
+
+    @staticmethod
+    def _lookup(xs: np.ndarray, ys: np.ndarray, x: np.ndarray, past: np.ndarray) -> np.ndarray:
+        """Per row, ``ys`` at ``x`` (linear between the points; at slope ``past`` after)."""
+        count, m = xs.shape
+        span = float(max(np.abs(xs).max(initial=0.0), np.abs(x).max(initial=0.0), 1.0)) * 4 + 1
+        offset = np.arange(count) * span
+        index = np.searchsorted((xs + offset[:, None]).ravel(), x + offset, side="right")
+        index = index - np.arange(count) * m  # points at or before x
+        rows = np.arange(count)
+        low = np.clip(index - 1, 0, m - 1)
+        high = np.clip(index, 0, m - 1)
+        x0, x1, y0, y1 = xs[rows, low], xs[rows, high], ys[rows, low], ys[rows, high]
+        inside = (index > 0) & (index < m) & (x1 > x0)
+        between = y0 + (x - x0) * np.where(inside, (y1 - y0) / np.where(inside, x1 - x0, 1.0), 0.0)
+        after = ys[:, -1] + (x - xs[:, -1]) * past
+        before = ys[:, 0] - (xs[:, 0] - x) * past
+        return np.where(index >= m, after, np.where(index <= 0, before, between))
+
+
+def _overlap(starts: np.ndarray, ends: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """Per row and column i, how much of the row's intervals ``starts``-``ends`` (disjoint)
+    lies within ``low[i]``-``high[i]``."""
+    count, n = starts.shape
+    if not n:
+        return np.zeros_like(low)
+    order = np.argsort(starts, axis=1)
+    begin = np.take_along_axis(starts, order, axis=1)
+    length = np.maximum(np.take_along_axis(ends, order, axis=1) - begin, 0.0)
+    done = np.concatenate([np.zeros((count, 1)), np.cumsum(length, axis=1)], axis=1)
+    span = float(max(np.nanmax(np.abs(begin)), np.nanmax(np.abs(high)), 1.0)) * 4 + 1
+    offset = (np.arange(count) * span)[:, None]
+
+    def until(t: np.ndarray) -> np.ndarray:
+        index = np.searchsorted((begin + offset).ravel(), (t + offset).ravel(), side="right")
+        index = index.reshape(t.shape) - np.arange(count)[:, None] * n
+        last = np.clip(index - 1, 0, n - 1)
+        rows = np.arange(count)[:, None]
+        inside = np.clip(t - begin[rows, last], 0.0, length[rows, last])
+        return np.where(index > 0, done[rows, last] + inside, 0.0)
+
+    return np.maximum(until(high) - until(low), 0.0)
+
+
+def _kept(
+    traffic: Traffic,
+    parent: np.ndarray,
+    own: np.ndarray,
+    need: np.ndarray,
+    capacity: np.ndarray,
+    admitted: np.ndarray,
+    finish: np.ndarray,
+) -> np.ndarray:
+    """Per config and request, the tokens of its own reusable prefix (past the shared one)
+    the pool still holds when it is admitted, from the last pass's timeline: its session's
+    last request left its prompt cached, and the least recently used blocks go first, so it
+    keeps what the contexts other sessions touched since leave of ``capacity``."""
+    count, n = own.shape
+    kept = own.copy()
+    session = traffic.session
+    by_session = [np.flatnonzero(session == s) for s in range(traffic.sessions)]
+    for k in np.flatnonzero(parent >= 0):
+        p = parent[k]
+        since = finish[:, p]
+        at = admitted[:, k]
+        touched = np.zeros(count)
+        for s, members in enumerate(by_session):
+            if s == session[k] or not len(members):
+                continue
+            begun = admitted[:, members] < at[:, None]
+            latest = np.where(begun, np.arange(len(members))[None, :], -1).max(axis=1)
+            has = latest >= 0
+            q = members[np.maximum(latest, 0)]
+            active = has & (finish[np.arange(count), q] > since)
+            touched += np.where(active, need[np.arange(count), q], 0.0)
+        kept[:, k] = np.minimum(own[:, k], np.maximum(capacity - touched, 0.0))
+    return kept
 
 
 def _peak_running(start: np.ndarray, end: np.ndarray) -> np.ndarray:
