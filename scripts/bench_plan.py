@@ -1,90 +1,86 @@
-"""How long `autotune plan` takes: the README's plan (4 GPU kinds x TP 1, 2), per GPU
-kind and TP size, against the `compare --what-if` tuning of the same GPU and TP (one warm
-start at the full load, no sizing), in one run so the host's load cancels out in the ratio.
+"""How long `autotune plan` takes, and what it answers: this checkout against a baseline
+checkout (``--baseline``, e.g. a `git worktree` of an earlier commit), the same command
+run by each in turn, in one run so the host's load weighs on both alike.
 
-Ours per candidate: the space tuned at one replica's share (twice when the first sizing
-gives more than one replica), the fewest replicas found by predicting the fleet side by
-side, the headroom.
+The default command is the README's plan (its workload made first, as the README does);
+``--wide`` plans the catalog's 7 data-centre and desktop GPU kinds at TP 1, 2 and 4;
+``--hogs N`` runs N busy-looping processes beside it (the answer must not change).
 
-    python scripts/bench_plan.py [--workload team.jsonl] [--predictions 12]
+    python scripts/bench_plan.py [--baseline ../old-checkout] [--wide] [--hogs 10]
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
+import contextlib
+import os
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
-from autotune.catalog.prices import default_prices
-from autotune.cli.plan import DEFAULT_GPUS, DEFAULT_PREDICTIONS, target_load
-from autotune.config.known_flags import VLLM_FLAGS_VERSION
-from autotune.config.space import default_space_path, load_space
-from autotune.fleet.candidates import PlanInputs, plan_gpu, space_with_tp
-from autotune.results.what_if import tune_space
-from autotune.trial.objective import Goal, ObjectiveName, parse_slos
-from autotune.workload.expand import load_plan
-
-MODEL = "qwen3.6-27b-awq"
-SESSIONS = 40
-SLO = "ttft_p95<=3s"
-TP_SIZES = (1, 2)
+REPO = Path(__file__).resolve().parents[1]
 README_GEN = ["claudecode", "--sessions", "48", "--requests-per-session", "10", "--seed", "1"]
+README_PLAN = ["--model", "qwen3.6-27b-awq", "--sessions", "40", "--slo", "ttft_p95<=3s"]
+WIDE_GPUS = ("rtx4090-24g", "rtx5090-32g", "l40s-48g", "a100-80g", "h100-80g", "h200-141g")
+WIDE = [*(arg for gpu in WIDE_GPUS for arg in ("--gpu", gpu)), "--gpu", "rtx4080s-32g"]
+WIDE += ["--tp", "1", "--tp", "2", "--tp", "4"]
+
+
+@contextlib.contextmanager
+def hogs(count: int) -> Iterator[None]:
+    """``count`` processes spinning on the CPU while the body runs."""
+    spinning = [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for process in spinning:
+            process.kill()
+            process.wait()
+
+
+def plan(checkout: Path, workload: Path, extra: list[str], out: Path) -> tuple[float, str]:
+    """Seconds and the answer (the first line after the table) of one `autotune plan`."""
+    argv = [sys.executable, "-m", "autotune", "plan", str(workload), *README_PLAN, *extra]
+    argv += ["--out", str(out), "--storage", str(out / "studies.db")]
+    started = time.monotonic()
+    done = subprocess.run(argv, cwd=checkout, capture_output=True, text=True, check=True)
+    seconds = time.monotonic() - started
+    answer = next(
+        (line.strip() for line in done.stdout.splitlines() if " x " in line and "$" in line),
+        "(no answer line)",
+    )
+    return seconds, answer
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workload", type=Path, help="default: the README's team.jsonl")
-    parser.add_argument("--predictions", type=int, default=DEFAULT_PREDICTIONS)
+    parser.add_argument("--baseline", type=Path, help="an earlier checkout to compare with")
+    parser.add_argument("--wide", action="store_true", help="7 GPU kinds x TP 1, 2, 4")
+    parser.add_argument("--hogs", type=int, default=0, help="CPU hogs beside the runs")
     args = parser.parse_args()
-    workload = args.workload
-    if workload is None:
-        workload = Path(tempfile.mkdtemp()) / "team.jsonl"
-        subprocess.run(
-            [sys.executable, "-m", "autotune", "workload", "gen", *README_GEN, str(workload)],
-            check=True, capture_output=True,
-        )  # fmt: skip
-    plan = load_plan(workload)
-    load = target_load(plan, SESSIONS, None, None)
-    goal = Goal(objectives=[ObjectiveName.THROUGHPUT], slos=parse_slos([SLO]))
-    inputs = PlanInputs(
-        plan=plan, load=load, goal=goal, space=load_space(default_space_path(MODEL)),
-        model=MODEL, sim_model=MODEL, engine_version=VLLM_FLAGS_VERSION,
-        max_predictions=args.predictions,
-    )  # fmt: skip
-    print(
-        f"{plan.name}: {len(plan.requests)} requests, {len(plan.sessions)} sessions; "
-        f"{SESSIONS} sessions at once, {SLO}; {args.predictions} predictions per tuning"
-    )
-    print("| GPU | TP | plan s | what-if tuning s | ratio | replicas | $/hour |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-    totals = [0.0, 0.0]
-    winners = []
-    for gpu, tp in itertools.product(DEFAULT_GPUS, TP_SIZES):
-        started = time.monotonic()
-        candidate = plan_gpu(
-            inputs, gpu, default_prices()[gpu], lambda _: None, tp=tp, others=winners
-        )
-        winners += [candidate.config] if candidate.config else []
-        ours = time.monotonic() - started
-        started = time.monotonic()
-        tune_space(
-            space_with_tp(inputs.space, tp), gpu=gpu, model=MODEL, sim_model=MODEL,
-            engine_version=VLLM_FLAGS_VERSION, goal=goal, maximize=True, plan=plan, load=load,
-            max_predictions=args.predictions,
-        )  # fmt: skip
-        what_if = time.monotonic() - started
-        totals[0] += ours
-        totals[1] += what_if
-        cost = "-" if candidate.usd_per_hour is None else f"{candidate.usd_per_hour:.2f}"
-        print(f"| {gpu} | {tp} | {ours:.0f} | {what_if:.0f} | {ours / what_if:.1f}x | "
-              f"{candidate.replicas or 'none meets'} | {cost} |")  # fmt: skip
-    count = len(DEFAULT_GPUS) * len(TP_SIZES)
-    ratio = totals[0] / totals[1]
-    print(f"| all {count} | | {totals[0]:.0f} | {totals[1]:.0f} | {ratio:.1f}x | | |")
+    scratch = Path(tempfile.mkdtemp())
+    workload = scratch / "team.jsonl"
+    generate = [sys.executable, "-m", "autotune", "workload", "gen", *README_GEN, str(workload)]
+    subprocess.run(generate, cwd=REPO, check=True, capture_output=True)
+    extra = WIDE if args.wide else []
+    rows = []
+    with hogs(args.hogs):
+        print(f"load average at start: {os.getloadavg()[0]:.1f} ({args.hogs} hogs)", flush=True)
+        for name, checkout in (("ours", REPO), ("baseline", args.baseline)):
+            if checkout is None:
+                continue
+            seconds, answer = plan(checkout, workload, extra, scratch / name)
+            rows.append((name, seconds, answer))
+            print(f"{name}: {seconds:.0f} s: {answer}", flush=True)
+        print(f"load average at end: {os.getloadavg()[0]:.1f}")
+    print("\n| checkout | seconds | answer |\n| --- | ---: | --- |")
+    for name, seconds, answer in rows:
+        print(f"| {name} | {seconds:.0f} | {answer} |")
+    if len(rows) == 2:
+        print(f"\nbaseline / ours: {rows[1][1] / rows[0][1]:.1f}x")
 
 
 if __name__ == "__main__":

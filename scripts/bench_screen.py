@@ -1,19 +1,21 @@
-"""The screen against the replay: does the two-tier predictor hide the winner?
+"""The two tiers against the whole-lattice replay: does the screen hide the winner?
 
 For every landscape of scripts/bench_tuner.py (the space, GPU, workload and load its
 studies use, the harsh bench's SLOs) and, with ``--plan-gpus``, the README plan's space
-on each GPU kind of the catalog, this replays the whole lattice (the baseline: what the
-warm start did before the screen) and screens it (``SimOracle.screen``), then prints:
+on each GPU kind of the catalog, this predicts the whole lattice in two ways:
 
-- the screen's seconds against the replay's (ratio), per config;
-- Spearman's rank correlation of the screen's objective value against the replay's on a
-  random sample of ``--sample`` configs (a predicted failure counts as 0);
-- where the replay's best over the whole lattice falls in the screen's ranking
-  (``two_tier.screen_rank``) and whether it is inside the short list
-  (``two_tier.shortlist_size``: 2% of the lattice);
-- how many configs the two tiers replay (the short list, doubled while its replays do not
-  bear the screen out: ``two_tier.trusted``) and the two-tier optimum (the replay's best
-  over them) as a share of the whole-lattice replay optimum.
+- the baseline, the warm start before the screen: every config replayed
+  (``predict_all``, worker processes);
+- the two tiers (``two_tier.predict_two_tier``, as the warm start, ``compare --what-if``
+  and ``plan`` run them): every config screened, the short list and the climb replayed;
+
+and prints, per lattice: the screen's milliseconds a config; Spearman's rank correlation
+of the screen's objective value with the replay's on a random sample of ``--sample``
+configs (a predicted failure counts as 0); where the replay's best over the whole lattice
+falls in the screen's ranking, and whether it is among the short list's configs (2% of
+the lattice in distinct screen predictions) and among those the two tiers replay; the
+two-tier optimum as a share of the whole-lattice one; the configs each way replays and
+its seconds, as a ratio. Each way starts with the process's replays forgotten.
 
     python scripts/bench_screen.py [--landscape NAME ...] [--plan-gpus] [--sample 300]
 """
@@ -36,24 +38,29 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 from bench_tuner import LANDSCAPES, prepare  # noqa: E402
 
+from autotune.sim.virtual.predict import process_shared_runs  # noqa: E402
 from autotune.trial.prescreen import make_prescreen  # noqa: E402
-from autotune.tuner.forked import default_workers  # noqa: E402
 from autotune.tuner.kv_bounds import largest_kv_pool_bytes, shaped  # noqa: E402
 from autotune.tuner.lattice import enumerate_effective  # noqa: E402
 from autotune.tuner.predictor import SimOracle, predict_all  # noqa: E402
-from autotune.tuner.two_tier import screen_rank, shortlist_size, trusted  # noqa: E402
+from autotune.tuner.two_tier import (  # noqa: E402
+    predict_two_tier,
+    screen_rank,
+    shortlist,
+    shortlist_size,
+)
 
 PLAN_GPUS = ("rtx4090-24g", "l40s-48g", "a100-80g", "h100-80g", "h200-141g")
-
-
-def spearman(a: np.ndarray, b: np.ndarray) -> float:
-    """Spearman's rho (ties at their mean rank), as pandas computes it."""
-    return float(pd.Series(a).corr(pd.Series(b), method="spearman"))
 
 
 def value(scored) -> float:
     """The objective value when feasible, else 0."""
     return scored.values[0] if scored is not None and scored.feasible and scored.values else 0.0
+
+
+def forget_replays() -> None:
+    """Start a way of predicting with none of this process's replays kept."""
+    process_shared_runs.cache_clear()
 
 
 def measure(name: str, spec, oracle: SimOracle, sample: int, space=None, prescreen=None) -> dict:
@@ -64,44 +71,50 @@ def measure(name: str, spec, oracle: SimOracle, sample: int, space=None, prescre
             model=spec.model,
             engine_version=spec.engine.version(),
             prescreen=prescreen or spec.prescreen,
-            workers=default_workers(),
         )
         if c.memory is None or c.memory.fits
     ]
     configs = [c.config for c in candidates]
+    forget_replays()
+    started = time.monotonic()
+    cache: dict = {}
+    tiers = predict_two_tier(oracle, candidates, cache, maximize=True)
+    two_tier_s = time.monotonic() - started
     started = time.monotonic()
     screened = oracle.screen(configs)
     screen_s = time.monotonic() - started
+    forget_replays()
     started = time.monotonic()
     replayed = predict_all(oracle, configs)
     replay_s = time.monotonic() - started
     replay_values = np.array([value(s) for s in replayed])
     screen_values = np.array([value(s) for s in screened])
-    rng = np.random.default_rng(0)
-    picked = rng.choice(len(configs), size=min(sample, len(configs)), replace=False)
-    rho = spearman(screen_values[picked], replay_values[picked])
-    order = screen_rank(screened, maximize=True)
+    picked = np.random.default_rng(0).choice(
+        len(configs), size=min(sample, len(configs)), replace=False
+    )
+    rho = float(
+        pd.Series(screen_values[picked]).corr(pd.Series(replay_values[picked]), method="spearman")
+    )
     best = int(np.argmax(replay_values))
-    rank = int(np.flatnonzero(order == best)[0]) + 1
-    short = shortlist_size(len(configs))
-    taken = 0  # the two tiers' doubling short list (two_tier.predict_two_tier)
-    while taken < len(order):
-        taken += short if taken == 0 else taken
-        head = order[:taken]
-        if trusted([screened[i] for i in head], [replayed[i] for i in head]):
-            break
-    taken = min(taken, len(order))
-    two_tier = replay_values[order[:taken]].max()
+    rank = int(np.flatnonzero(screen_rank(screened, maximize=True) == best)[0]) + 1
+    listed = shortlist(screened, True, shortlist_size(len(configs)))
+    judged = [i for i, c in enumerate(candidates) if c.key in cache]
+    two_tier_best = max((replay_values[i] for i in judged), default=0.0)
     return {
         "name": name,
         "configs": len(configs),
         "screen_ms": 1e3 * screen_s / len(configs),
-        "replay_ms": 1e3 * replay_s / len(configs),
         "rho": rho,
         "rank": rank,
-        "short": short,
-        "replayed": taken,
-        "share": two_tier / replay_values[best] if replay_values[best] > 0 else float("nan"),
+        "distinct": shortlist_size(len(configs)),
+        "listed": len(listed),
+        "in_list": best in listed,
+        "in_judged": best in judged,
+        "share": two_tier_best / replay_values[best] if replay_values[best] > 0 else float("nan"),
+        "judged": len(judged),
+        "climbed": tiers.climbed,
+        "two_tier_s": two_tier_s,
+        "replay_s": replay_s,
     }
 
 
@@ -146,18 +159,20 @@ def main() -> None:
     print(f"load average at end: {os.getloadavg()[0]:.1f}")
     print()
     print(
-        "| landscape | configs | screen ms/config | replay ms/config | ratio | Spearman "
-        "(sample) | replay's best: screen rank | short list | inside | replayed (doubling) | "
-        "two-tier optimum |"
+        "| landscape | configs | screen ms/config | Spearman (sample) | replay's best: screen "
+        "rank | short list (distinct / configs) | best in it | best replayed | two-tier "
+        "optimum | replayed: two tiers / whole | seconds: two tiers / whole | ratio |"
     )
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: |")
     for row in rows:
-        inside = "yes" if row["rank"] <= row["short"] else "**no**"
+        yes = {True: "yes", False: "**no**"}
         print(
-            f"| {row['name']} | {row['configs']:,} | {row['screen_ms']:.2f} | "
-            f"{row['replay_ms']:.1f} | {row['replay_ms'] / row['screen_ms']:.0f}x | "
-            f"{row['rho']:.2f} | {row['rank']} | {row['short']} | {inside} | "
-            f"{row['replayed']:,} | {100 * row['share']:.1f}% |"
+            f"| {row['name']} | {row['configs']:,} | {row['screen_ms']:.2f} | {row['rho']:.2f} | "
+            f"{row['rank']} | {row['distinct']} / {row['listed']} | "
+            f"{yes[row['in_list']]} | {yes[row['in_judged']]} | "
+            f"{100 * row['share']:.2f}% | {row['judged']:,} / {row['configs']:,} | "
+            f"{row['two_tier_s']:.1f} / {row['replay_s']:.1f} | "
+            f"{row['replay_s'] / max(row['two_tier_s'], 1e-9):.1f}x |"
         )
 
 

@@ -94,12 +94,12 @@ from autotune.sim.virtual.predict import Prediction
 from autotune.study import StudySpec, run_study
 from autotune.study.setup import RunOptions, prepare_study
 from autotune.trial.run import TrialResult, derive_config
-from autotune.tuner.guide import _ENUMERATIONS, make_encoder, warm_start_queue
+from autotune.tuner.guide import _ENUMERATIONS, make_encoder
 from autotune.tuner.kv_bounds import largest_kv_pool_bytes, shaped
 from autotune.tuner.lattice import Candidate, config_key, ladder
 from autotune.tuner.predictor import SimOracle, predict_all
-from autotune.tuner.session import PREDICTIONS_PER_TRIAL
 from autotune.tuner.settings import TunerSettings
+from autotune.tuner.two_tier import predict_two_tier
 from autotune.vocabulary import Failure, FailureClass, Outcome, ServerStats
 from autotune.workload.gen import ChatParams, ClaudeCodeParams, chat, claudecode
 from autotune.workload.io import Workload, write_workload
@@ -681,37 +681,42 @@ STRATEGIES.update(  # the local search's budget, against the default's
 QUICK = ["grid (auto_tune walk)", "random", "tpe", "default"]
 
 
-def warm_started(setup: dict, settings: TunerSettings, n_trials: int) -> dict:
-    """The tuner's prediction cache as `autotune run`'s warm start on this machine leaves it
-    on a first night: the lattice configs it predicts within ``warm_start_budget_s`` (at the
-    rate measured cold, ``setup["warm_start_s"]`` for the whole lattice, default workers) and
-    the cap of ``PREDICTIONS_PER_TRIAL`` per trial, in its own order; off-lattice entries
-    (refinement's, predicted on demand in a study too) are kept. An empty cache (nothing
-    predicted ahead) is the study's to fill, in real time, as in `autotune run`."""
+def warm_started(setup: dict, settings: TunerSettings) -> dict:
+    """The tuner's prediction cache as `autotune run`'s warm start leaves it on a first
+    night: the replays of the two tiers' short list and climb (``tuner/two_tier.py``:
+    counted, not timed, so the same configs on any machine; found once per setup by
+    running it), taken from the lattice's replays; off-lattice entries (refinement's,
+    predicted on demand in a study too) are kept. An empty cache (nothing predicted
+    ahead) is the study's to fill, in real time, as in `autotune run`."""
     cache: dict = setup["cache"]
     if not cache:
         return cache
     candidates: list[Candidate] = setup["candidates"]
-    budget_s, cap = settings.warm_start_budget_s, PREDICTIONS_PER_TRIAL * n_trials
-    share = 1.0 if budget_s is None else budget_s / setup["warm_start_s"]
-    count = min(int(share * len(candidates)), cap)
-    if count >= len(candidates):
-        return cache
-    kept = {c.key for c in warm_start_queue(candidates, cap)[:count]}
+    memo = ("two tiers", settings.warm_start_configs)
+    if memo not in setup:
+        spec: StudySpec = setup["spec"]
+        assert spec.oracle is not None
+        replays: dict = {}
+        maximize = spec.goal.directions[0] == "maximize"
+        predict_two_tier(
+            spec.oracle,
+            candidates,
+            replays,
+            maximize=maximize,
+            shortlist_configs=settings.warm_start_configs,
+        )
+        setup[memo] = set(replays)
+    kept = setup[memo]
     lattice = {c.key for c in candidates}
     return {key: value for key, value in cache.items() if key in kept or key not in lattice}
 
 
-def warm_share(setup: dict, budget: int) -> str:
-    """How many lattice configs the default's warm start predicts, as ``warm_started``."""
-    settings = STRATEGIES["default"][1]
-    n_trials = budget if settings.confirm else MAX_TRIALS
-    held = warm_started(setup, settings, n_trials)
+def warm_share(setup: dict) -> str:
+    """How many lattice configs the default's warm start replays, as ``warm_started``."""
+    held = warm_started(setup, STRATEGIES["default"][1])
     lattice = setup["candidates"]
     count = sum(c.key in held for c in lattice)
-    return f"{count:,} of {len(lattice):,}" + (
-        "" if count == len(lattice) else " (its time budget or cap per trial binds)"
-    )
+    return f"{count:,} of {len(lattice):,} replayed, the rest screened"
 
 
 def run_one(
@@ -728,10 +733,7 @@ def run_one(
     log = StudyLog()
     base: StudySpec = setup["spec"]
     n_trials = budget if settings.confirm else MAX_TRIALS
-    cache = warm_started(setup, settings, n_trials)
-    # The cache holds what the warm start would have predicted in its budget; the study's
-    # own warm start then stops at once (after one prediction) and leaves the rest to the search.
-    stop_at_once = settings.replaced(warm_start_budget_s=1e-9)
+    cache = warm_started(setup, settings)  # the study's own warm start screens the rest
     with tempfile.TemporaryDirectory() as tmp:
         spec = replace(
             base,
@@ -745,7 +747,7 @@ def run_one(
             artifacts_dir=Path(tmp) / "artifacts",
             runs_dir=Path(tmp) / "runs",
             heartbeat_interval_s=0,
-            tuner=settings if cache is setup["cache"] else stop_at_once,
+            tuner=settings,
             prediction_cache=cache,
             measure=in_process_measure(truth, log, label, seed, optimum, harsh=harsh),
         )
@@ -1131,8 +1133,8 @@ def main() -> None:
                     f"; its own optimum is {misled['predicted_to_true_distance']} away, "
                     f"{misled['predicted_optimum_true_share']:.3f} of the optimum in truth "
                     f"(the baseline {misled['baseline_true_share']:.3f})\n"
-                    f"  the warm start predicts them all in {setup['warm_start_s']:.0f} s here; "
-                    f"within its budget a study's predicts {warm_share(setup, args.launches)}\n"
+                    f"  the replay predicts them all in {setup['warm_start_s']:.0f} s here; "
+                    f"a study's warm start: {warm_share(setup)}\n"
                     f"  truth optimum {misled['truth_optimum']}\n"
                     f"  predicted optimum {misled['predicted_optimum']}"
                 )

@@ -252,28 +252,28 @@ def test_the_default_memory_plan_is_the_unperturbed_one():
     assert bigger.cudagraph_bytes > plan_memory(config).cudagraph_bytes
 
 
-def test_a_study_s_guide_holds_what_its_warm_start_predicts_within_the_budget(tmp_path):
-    """The bench holds the warm start to its budget as on a first night: at a measured rate
-    of twice the budget for the whole lattice, a study gets half of it, the warm start's
-    own first half, and the cap per trial binds before the time does on a short study."""
-    from autotune.tuner.guide import warm_start_queue
+def test_a_study_s_guide_holds_what_its_warm_start_replays(tmp_path):
+    """The bench hands a study the replays `autotune run`'s warm start makes (the two tiers'
+    short list and climb, the same on any machine), taken from the lattice's, and keeps
+    off-lattice entries; the study's own warm start screens the rest."""
     from autotune.tuner.lattice import enumerate_effective
+    from autotune.tuner.two_tier import predict_two_tier
 
     spec = bench.prepare(bench.LANDSCAPES["readme"], tmp_path)["spec"]
     version = spec.engine.version()
-    lattice = list(enumerate_effective(spec.space, model=spec.model, engine_version=version))[:400]
+    lattice = [
+        c
+        for c in enumerate_effective(
+            spec.space, model=spec.model, engine_version=version, prescreen=spec.prescreen
+        )
+        if c.memory is None or c.memory.fits
+    ][:300]
     settings = bench.STRATEGIES["default"][1]
     cache = {c.key: f"prediction of {c.key}" for c in lattice} | {"off-lattice": "refined"}
-    setup = {
-        "cache": cache,
-        "candidates": lattice,
-        "warm_start_s": 2 * settings.warm_start_budget_s,
-    }
-    held = bench.warm_started(setup, settings, n_trials=90)
-    queue = warm_start_queue(lattice)
-    assert set(held) == {c.key for c in queue[:200]} | {"off-lattice"}
-    assert held[queue[0].key] == cache[queue[0].key]
-    capped = bench.warm_started(setup, settings, n_trials=1)  # 100 predictions a trial
-    assert len(capped) == bench.PREDICTIONS_PER_TRIAL + 1
-    setup["warm_start_s"] = settings.warm_start_budget_s / 2  # it all fits: the cache itself
-    assert bench.warm_started(setup, settings, n_trials=90) is cache
+    setup = {"cache": cache, "candidates": lattice, "spec": spec}
+    held = bench.warm_started(setup, settings)
+    replays: dict = {}
+    predict_two_tier(spec.oracle, lattice, replays, maximize=True)
+    assert set(held) == set(replays) | {"off-lattice"}
+    assert 0 < len(replays) < len(lattice)
+    assert all(held[key] == cache[key] for key in replays)  # the lattice's own replays

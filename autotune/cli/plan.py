@@ -182,15 +182,6 @@ def plan(
         ),
     ] = None,
     storage: StorageOption = DEFAULT_STORAGE_URL,
-    predictions: Annotated[
-        int | None,
-        typer.Option(
-            "--predictions",
-            min=1,
-            help="Configs the replay judges per tuning (default: 2% of the lattice); the screen "
-            "scores the whole lattice always.",
-        ),
-    ] = None,
     out: Annotated[
         Path,
         typer.Option(
@@ -229,7 +220,6 @@ def plan(
         model=model,
         sim_model=sim_name,
         engine_version=VLLM_FLAGS_VERSION,
-        max_predictions=predictions,
         calibration=profile,
         cache_path=default_cache_path(storage),
     )
@@ -249,7 +239,7 @@ def plan(
     notes = [
         "router: sessions round robin over the replicas (session k -> replica k mod R); "
         "each config tuned on the simulator over its whole lattice (every config screened, "
-        + (f"the best {predictions} replayed)" if predictions else "the best 2% replayed)"),
+        "the best 2% and their neighbours replayed)",
         "headroom: the target load times this still meets every limit (>=: the most tried)",
     ]
     if profile is not None:

@@ -45,7 +45,6 @@ class PlanInputs:
     model: str  # as deployed (a path or id)
     sim_model: str  # the simulator catalog's model
     engine_version: str
-    max_predictions: int | None  # replays per tuning (None: the two tiers' short list)
     calibration: CalibrationProfile | None = None
     cache_path: Path | None = None  # the disk prediction cache (None: none)
 
@@ -126,7 +125,6 @@ def _tuned(
         plan=share_plan,
         load=share_load,
         calibration=applying(inputs.calibration, gpu, inputs.sim_model),
-        max_predictions=inputs.max_predictions,
         cache_path=inputs.cache_path,
     )
     return tuned.config

@@ -185,14 +185,13 @@ def tune_space(
     plan: WorkloadPlan,
     load: LoadSpec,
     calibration: CalibrationProfile | None = None,
-    max_predictions: int | None = None,
     cache_path: Path | None = None,
     say: Callable[[str], None] | None = None,
 ) -> TunedForGpu:
     """``space`` tuned for catalog GPU ``gpu`` on the simulator: its KV range scaled to the
-    card, its whole lattice screened over ``plan`` at ``load`` and the best replayed (at most
-    ``max_predictions`` of them: ``tuner/two_tier.py``), the best predicted config that
-    meets ``goal`` (else the nearest).
+    card, its whole lattice screened over ``plan`` at ``load`` and the best replayed
+    (``tuner/two_tier.py``), the best predicted config that meets ``goal`` (else the
+    nearest).
     ``cache_path``: the disk prediction cache to read and fill (``tuner/prediction_cache.py``)."""
     if MAX_MODEL_LEN_FLAG not in space.fixed:  # the study did not say: size it as run does
         sized = _sized_max_model_len(space, plan, gpu=gpu, sim_model=sim_model, goal=goal)
@@ -218,7 +217,6 @@ def tune_space(
             maximize=maximize,
             cache=cache,
             budget_s=WARM_START_BUDGET_S,
-            max_predictions=max_predictions,
             say=say,
         )
         picked = guide.diverse_top(1)  # replayed, where the screen alone scored it

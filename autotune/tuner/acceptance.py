@@ -30,7 +30,7 @@ from autotune.trial.objective import Score
 from autotune.tuner.guide import Guide, PredictionCache
 from autotune.tuner.lattice import Candidate
 from autotune.tuner.predictor import SimOracle
-from autotune.tuner.two_tier import predict_two_tier, shortlist_size
+from autotune.tuner.two_tier import predict_two_tier
 from autotune.vocabulary import ServerStats
 
 # Re-predict when the mean accepted length moved by more than this: well above what one
@@ -170,19 +170,11 @@ class Recalibration:
         self.rates, self.updates, self.depth = estimate, self.updates + 1, depth
         self.oracle = calibrated(self.base_oracle, estimate)
         self.cache = CalibratedCache(self.base_cache, tag(estimate))
-        assert guide.unpredicted is not None
         affected = [
-            i
-            for i, candidate in enumerate(guide.candidates)
-            if not guide.unpredicted[i] and self._is_speculative(candidate)
+            i for i, candidate in enumerate(guide.candidates) if self._is_speculative(candidate)
         ]
         tiers = predict_two_tier(
-            self.oracle,
-            [guide.candidates[i].config for i in affected],
-            [guide.candidates[i].key for i in affected],
-            self.cache,
-            maximize=maximize,
-            shortlist=shortlist_size(len(affected)),
+            self.oracle, [guide.candidates[i] for i in affected], self.cache, maximize=maximize
         )
         self.repredicted += tiers.replayed
         self.affected = len(affected)

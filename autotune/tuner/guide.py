@@ -1,12 +1,12 @@
-"""Warm start: predict every effective config once, then rank, with diversity.
+"""Warm start: every effective config predicted once, in two tiers, then ranked.
 
-``build_guide`` enumerates the lattice (autotune.tuner.lattice), drops what the
-memory pre-screen rejects, predicts the rest with the simulator (worker
-processes; a cache keyed by the launch keeps repeat runs free) and keeps the
-predicted objective of each. The sampler and the warm-start seeds read it.
-When too few configs are predicted feasible (an SLO out of reach on this GPU and
-traffic), the ones predicted to run come next, nearest to feasible first: least
-``shortfall``, the largest predicted constraint margin (e.g. p95 TTFT / limit - 1).
+``build_guide`` enumerates the lattice (autotune.tuner.lattice), drops what the memory
+pre-screen rejects and predicts the rest (``two_tier``: the screen scores every config,
+the replay judges the screen's short list and its neighbours; a cache keyed by the
+launch keeps repeat runs free). The sampler and the warm-start seeds read the predicted
+objective of each. When too few configs are predicted feasible (an SLO out of reach on
+this GPU and traffic), the ones predicted to run come next, nearest to feasible first:
+least ``shortfall``, the largest predicted constraint margin (e.g. p95 TTFT / limit - 1).
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from autotune.config.space import SearchSpace
 from autotune.trial.objective import Score
 from autotune.trial.run import Prescreen
 from autotune.tuner.backoff import MemoryBackoff
-from autotune.tuner.forked import default_workers
 from autotune.tuner.lattice import Candidate, enumerate_effective
 from autotune.tuner.predictor import SimOracle
 from autotune.tuner.two_tier import judge, predict_two_tier, shortlist_size
@@ -56,12 +55,10 @@ class Guide:
     encode: Any  # params -> coordinate row
     # The prediction of each candidate (None: predicted to OOM or crash, or not predicted).
     scores: list[Score | None] | None = None
-    unpredicted: np.ndarray | None = None  # True where the warm start's budget ran out first
     seconds: float = 0.0  # time spent enumerating and predicting
-    cached: int = 0  # predictions the cache already held (not predicted by this run)
-    stopped: int = 0  # configs of the budget left unpredicted by the safety stop
-    budget_configs: int | None = None  # the warm start's budget in configs (None: all)
-    budget_s: float | None = None  # its safety stop in wall seconds (None: none)
+    cached: int = 0  # replays the cache already held (not made by this run)
+    stopped: int = 0  # configs the safety stop left to the screen's score
+    budget_s: float | None = None  # the replays' safety stop in wall seconds (None: none)
     # True where the score is the screen's only (``two_tier``): ``settle`` replays it first.
     screened: np.ndarray | None = None
     oracle: SimOracle | None = None  # what ``settle`` replays with
@@ -74,8 +71,6 @@ class Guide:
 
     def __post_init__(self) -> None:
         self.by_key = {candidate.key: index for index, candidate in enumerate(self.candidates)}
-        if self.unpredicted is None:
-            self.unpredicted = np.zeros(len(self.candidates), dtype=bool)
         known = np.zeros(0, dtype=bool) if self.screened is None else self.screened
         extra = np.zeros(len(self.candidates) - len(known), dtype=bool)  # off-lattice: replayed
         self.screened = np.concatenate([known, extra])
@@ -95,8 +90,6 @@ class Guide:
         self.scores = [*(self.scores or [None] * len(self.candidates)), *scores]
         self.candidates = [*self.candidates, *candidates]
         self.utility = np.concatenate([self.utility, utility])
-        assert self.unpredicted is not None
-        self.unpredicted = np.concatenate([self.unpredicted, np.zeros(len(candidates), bool)])
         self.coords = np.vstack([self.coords, *[self.encode(c.params) for c in candidates]])
         self.__post_init__()
 
@@ -148,12 +141,6 @@ class Guide:
         """Candidates the replay predicted (the rest have the screen's score only)."""
         assert self.screened is not None
         return int((~self.screened).sum())
-
-    @property
-    def known(self) -> int:
-        """Lattice candidates with a prediction (this run's, the cache's, the study's)."""
-        assert self.unpredicted is not None
-        return int((~self.unpredicted).sum())
 
     @property
     def presumed_oom(self) -> np.ndarray:
@@ -273,56 +260,45 @@ def build_guide(
     maximize: bool,
     cache: PredictionCache | None = None,
     budget_s: float | None = None,
-    max_predictions: int | None = None,
+    shortlist: int | None = None,
     say: Callable[[str], None] | None = None,
 ) -> Guide:
     """Enumerate, pre-screen and predict the lattice (see the module docstring); ``say``
-    hears the phase. The budget is ``max_predictions`` configs of ``warm_start_queue``
-    (None: all), of which only those the cache lacks are predicted (what it holds beyond
-    them is used too); ``budget_s`` seconds is a safety stop that keeps what it has."""
+    hears the phase. ``shortlist``: the distinct screen predictions the replay's short
+    list takes at most (None: ``two_tier.shortlist_size``), a count, so that the machine's
+    speed cannot change what is replayed; ``budget_s`` seconds is a safety stop for the
+    replays that keeps what it has (the rest keep the screen's scores)."""
     started = time.monotonic()
     memo_key = (space.digest(), model, engine_version, id(prescreen))
     if memo_key not in _ENUMERATIONS:
         _ENUMERATIONS[memo_key] = [
             c
             for c in enumerate_effective(
-                space,
-                model=model,
-                engine_version=engine_version,
-                prescreen=prescreen,
-                workers=default_workers(),
+                space, model=model, engine_version=engine_version, prescreen=prescreen
             )
             if c.memory is None or c.memory.fits
         ]
     candidates = _ENUMERATIONS[memo_key]
     cache = {} if cache is None else cache
     say = say or (lambda _: None)
-    missing = sum(c.key not in cache for c in candidates)
-    shortlist = shortlist_size(len(candidates))
-    if max_predictions is not None:
-        shortlist = min(shortlist, max_predictions)
-    if missing:
-        held = len(candidates) - missing
+    held = sum(c.key in cache for c in candidates)
+    size = shortlist_size(len(candidates)) if shortlist is None else shortlist
+    if held < len(candidates):
         say(
-            f"Warm start: screening {missing:,} configs, replaying the best "
-            f"{min(shortlist, missing):,}"
-            + (f" ({held:,} from the prediction cache)" if held else "")
+            f"Warm start: screening {len(candidates):,} configs, the replay judging the best "
+            f"{size:,} distinct predictions and their neighbours"
+            + (f" ({held:,} replays from the prediction cache)" if held else "")
             + " ..."
         )
     deadline = None if budget_s is None else started + budget_s
     tiers = predict_two_tier(
-        oracle,
-        [c.config for c in candidates],
-        [c.key for c in candidates],
-        cache,
-        maximize=maximize,
-        shortlist=shortlist,
-        deadline=deadline,
+        oracle, candidates, cache, maximize=maximize, shortlist_configs=size, deadline=deadline
     )
-    if missing:
+    if tiers.replayed or tiers.stopped:
         said = (
-            f"Warm start: screened {missing:,} configs, replayed {tiers.replayed:,} in "
-            f"{time.monotonic() - started:.1f} s"
+            f"Warm start: screened {len(candidates):,} configs, replayed {tiers.replayed:,} "
+            f"(the short list's {tiers.shortlisted:,} distinct predictions, {tiers.climbed:,} "
+            f"neighbours) in {time.monotonic() - started:.1f} s"
         )
         if tiers.stopped:
             said += (
@@ -343,11 +319,9 @@ def build_guide(
         coords=coords,
         encode=encode,
         scores=scores,
-        unpredicted=np.zeros(len(candidates), dtype=bool),
         seconds=time.monotonic() - started,
-        cached=len(candidates) - missing,
+        cached=held,
         stopped=tiers.stopped,
-        budget_configs=max_predictions,
         budget_s=budget_s,
         screened=tiers.screened,
         oracle=oracle,
@@ -355,14 +329,3 @@ def build_guide(
         maximize=maximize,
         replayed_now=tiers.replayed,
     )
-
-
-def warm_start_queue(
-    candidates: list[Candidate], max_predictions: int | None = None
-) -> list[Candidate]:
-    """What the warm start predicts, in order: a fixed shuffle of the whole lattice (so
-    that a cap, or a safety stop, leaves a sample of the whole space), its first
-    ``max_predictions`` (None: all). The same lattice and count give the same configs
-    however fast the machine is and whatever the cache already holds."""
-    order = np.random.default_rng(0).permutation(len(candidates))
-    return [candidates[i] for i in order][:max_predictions]

@@ -23,7 +23,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,12 +31,9 @@ import optuna
 from autotune.config.space import SearchSpace
 from autotune.config.trial_config import TrialConfig
 from autotune.trial.run import MemoryEstimate, Prescreen, derive_config
-from autotune.tuner.forked import forked_map, worker_state
 
 MAX_LINEAR_POINTS = 8  # a linear range gets at most this many values
 LOG_POINTS = 9  # a log-scaled float range gets this many values
-PARALLEL_ABOVE = 128  # smaller lattices are enumerated in this process
-CHUNKS_PER_WORKER = 4  # the lattice is cut into this many chunks per worker
 CHUNK_FLAG = "max-num-batched-tokens"  # the knob whose memory edges the lattice holds
 EDGE_RESOLUTION = 0.02  # an edge is found to within 2% of its value
 
@@ -154,16 +150,6 @@ class _Deriver:
         return found
 
 
-def _derive_in_worker(points: list[dict[str, Any]]) -> list[Candidate]:
-    deriver: _Deriver = worker_state()
-    return deriver.derive(points)
-
-
-def _edges_in_worker(rows: list[list[dict[str, Any]]]) -> list[Candidate]:
-    deriver: _Deriver = worker_state()
-    return deriver.edges(rows)
-
-
 def _chunk_name(space: SearchSpace, engine_version: str | None) -> str | None:
     """The searched integer parameter that sets the prefill chunk, if the space has one."""
     distributions = space.distributions(engine_version)
@@ -200,25 +186,40 @@ def enumerate_effective(
     engine_version: str | None,
     prescreen: Prescreen | None = None,
     reported_block_size: int | None = None,
-    workers: int = 1,
 ) -> list[Candidate]:
     """The distinct effective configs of the lattice, in lattice order, each with its
-    memory, then the chunk's memory edges; on ``workers`` forked
-    processes when the lattice is large (the same list)."""
+    memory, then the chunk's memory edges. In this process: forked workers cost more in
+    pickling the candidates back than they save (2.2 s in one process against 4.1 s on two
+    workers for the README space's 6,720 points; scripts/bench_warm_start.py)."""
     deriver = _Deriver(space, model, engine_version, prescreen, reported_block_size)
     points = lattice_params(space, engine_version)
     rows = edge_rows(points, space, engine_version) if prescreen is not None else []
-    if workers < 2 or len(points) < PARALLEL_ABOVE:
-        derived: Iterable[list[Candidate]] = [deriver.derive(points), deriver.edges(rows)]
-    else:
-        size = math.ceil(len(points) / (CHUNKS_PER_WORKER * workers))
-        chunks = [points[i : i + size] for i in range(0, len(points), size)]
-        derived = forked_map(_derive_in_worker, chunks, state=deriver, workers=workers)
-        size = math.ceil(len(rows) / (CHUNKS_PER_WORKER * workers)) or 1
-        parts = [rows[i : i + size] for i in range(0, len(rows), size)]
-        derived = [*derived, *forked_map(_edges_in_worker, parts, state=deriver, workers=workers)]
     seen: dict[str, Candidate] = {}
-    for candidates in derived:
-        for candidate in candidates:
-            seen.setdefault(candidate.key, candidate)
+    for candidate in [*deriver.derive(points), *deriver.edges(rows)]:
+        seen.setdefault(candidate.key, candidate)
     return list(seen.values())
+
+
+def lattice_neighbours(points: list[dict[str, Any]]) -> list[list[int]]:
+    """For each point, the points one step away along one parameter, the others alike:
+    the next value below and above for a number, every other choice for a category."""
+    neighbours: list[set[int]] = [set() for _ in points]
+    names = sorted({name for params in points for name in params})
+    for name in names:
+        rows: dict[str, list[int]] = {}
+        for index, params in enumerate(points):
+            rest = repr(sorted((k, v) for k, v in params.items() if k != name))
+            rows.setdefault(rest, []).append(index)
+        for row in rows.values():
+            if len(row) < 2:
+                continue
+            values = [points[i].get(name) for i in row]
+            if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+                ordered = sorted(row, key=lambda i: points[i][name])
+                for low, high in itertools.pairwise(ordered):
+                    neighbours[low].add(high)
+                    neighbours[high].add(low)
+            else:
+                for i in row:
+                    neighbours[i].update(j for j in row if j != i)
+    return [sorted(found) for found in neighbours]

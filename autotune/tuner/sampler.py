@@ -65,13 +65,7 @@ class GuidedSampler(BaseSampler):
             pick = self._pick()
             if pick is None or not self.guide.settle([pick]):
                 break
-        if pick is not None:
-            return dict(self.guide.candidates[pick].params)
-        tried = self.guide.ruled_out(set(self.index.by_key) | self.index.pending)
-        unknown = np.flatnonzero(self.guide.unpredicted & ~tried)
-        if len(unknown):
-            return dict(self.guide.candidates[int(self._rng.choice(unknown))].params)
-        return {}
+        return {} if pick is None else dict(self.guide.candidates[pick].params)
 
     def _pick(self) -> int | None:
         """The best optimistic estimate not tried, else the nearest to feasible."""

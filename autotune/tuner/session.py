@@ -55,10 +55,6 @@ from autotune.tuner.schedule import Role, ScheduledSampler
 from autotune.tuner.settings import TunerSettings
 
 PENDING_POLL_S = 1.0  # how often a worker looks whether another's measurement has landed
-# The warm start predicts at most this many configs per trial of --trials (what the
-# prediction cache holds is free): 20 trials predict the README's whole lattice (2,295
-# with its memory edges), 2 trials a spread sample of 240 of it.
-PREDICTIONS_PER_TRIAL = 120
 TIMED_CONFIRM = 3  # re-measurements after a timed run's time is up (it raced before)
 SEARCHED = 2  # guided configs launched after the seeds before the racing tail may begin
 PARALLEL_TARGETS = 3  # workers in the tail together re-measure among this many top configs
@@ -66,15 +62,6 @@ PARALLEL_TARGETS = 3  # workers in the tail together re-measure among this many 
 # replaced (a seed within it is still a contender: the simulator's MTP predictions spread
 # by 2-4% between nearby acceptances).
 RESEED_MARGIN = 0.05
-
-
-def warm_start_configs(settings: TunerSettings, n_trials: int | None) -> int | None:
-    """How many lattice configs the warm start predicts at most (None: all): the
-    ``warm_start_configs`` setting, else ``PREDICTIONS_PER_TRIAL`` per trial of
-    ``--trials`` (a ``--timeout`` run: all)."""
-    if settings.warm_start_configs is not None:
-        return settings.warm_start_configs
-    return None if n_trials is None else PREDICTIONS_PER_TRIAL * n_trials
 
 
 class Tuner:
@@ -125,7 +112,7 @@ class Tuner:
                 maximize=maximize,
                 cache=cache,
                 budget_s=settings.warm_start_budget_s,
-                max_predictions=warm_start_configs(settings, n_trials),
+                shortlist=settings.warm_start_configs,
                 say=say,
             )
             self.guide.backoff = self.backoff
@@ -415,7 +402,7 @@ class Tuner:
             predicted_feasible=guide.predicted,
             seconds=round(guide.seconds, 1),
             seeds=len(self._seeds),
-            predicted_configs=guide.known,
+            predicted_configs=len(guide.candidates),
             predicted_now=guide.replayed_now,
             replayed_configs=guide.replayed,
             safety_stop_s=guide.budget_s if guide.stopped else None,
@@ -554,15 +541,13 @@ class Tuner:
         if guide is None:
             return None
         total = len(guide.candidates)
-        line = f"warm start: {total:,} effective configs that fit, "
-        if guide.known < total:
-            why = (
-                f"the {guide.budget_s:g}-s safety stop fired"
-                if guide.stopped
-                else f"a budget of {guide.budget_configs:,} configs"
-            )
-            line += f"predicted {guide.known:,} of them ({why}; the rest left to the search), "
-        line += f"{guide.predicted:,} predicted feasible, in {guide.seconds:.0f} s"
+        line = (
+            f"warm start: {total:,} effective configs that fit, all screened, "
+            f"{guide.replayed:,} replayed"
+        )
+        if guide.stopped:
+            line += f" ({guide.stopped:,} more left to the screen by the safety stop)"
+        line += f", {guide.predicted:,} predicted feasible, in {guide.seconds:.0f} s"
         if guide.cached:
-            line += f" ({guide.cached:,} of the predictions from the prediction cache)"
+            line += f" ({guide.cached:,} of the replays from the prediction cache)"
         return line

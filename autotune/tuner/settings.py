@@ -22,9 +22,10 @@ class TunerSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     warm_start: int = Field(default=4, ge=0)  # predicted-best configs after the baseline (0: off)
-    # Lattice configs the warm start predicts at most (None: 120 per trial of --trials).
+    # Distinct screen predictions the replay's short list takes (None: 2% of the lattice,
+    # at least 16; tuner/two_tier.py). Every config is screened whatever it is.
     warm_start_configs: int | None = Field(default=None, ge=1)
-    # A safety stop in wall seconds (None: none); the budget is counted in configs.
+    # A safety stop for the replays in wall seconds (None: none); the budget is a count.
     warm_start_budget_s: float | None = Field(default=1800.0, gt=0)
     learn: bool = True  # learn the simulator's residual from measurements
     confirm: int = Field(default=24, ge=0)  # trials at the end spent re-measuring (0: off)

@@ -1,38 +1,44 @@
 """Two tiers of prediction: the screen scores every config, the replay judges the best.
 
-The replay (``sim/virtual/predict.py``) costs tens of milliseconds a config; the
-screen (``sim/virtual/screen.py``) well under one. ``predict_two_tier`` screens every
-config the cache has no replay of, replays the short list the screen ranks at the top
-(``SHORTLIST_SHARE`` of the configs, at least ``SHORTLIST_MIN``) and keeps the
-replays in the cache. A config only screened keeps its screen score, marked as such:
-the guide replays it before anything launches it or crowns a seed with it
-(``Guide.settle``). The screen is a ranking with an error band, so the short list
-takes a config whose screened latencies miss an SLO by less than ``SLO_SLACK``
-(``ttft_p95`` of 24 s against a 20-s limit, say): the replay decides.
-``scripts/bench_screen.py`` measures that the replay's best over a whole lattice is
-inside the short list.
+The replay (``sim/virtual/predict.py``) costs tens of milliseconds a config; the screen
+(``sim/virtual/screen/``) well under one. ``predict_two_tier`` screens the configs the
+cache has no replay of, then the replay judges, into the cache:
+
+- the short list: the configs of the screen's best ``SHORTLIST_SHARE`` of the lattice
+  counted in distinct predictions (configs the screen predicts exactly alike, a KV pool
+  that never fills at every size, count once: their replays are mostly one, shared), at
+  least ``SHORTLIST_MIN``;
+- the climb: the lattice neighbours (one step along one knob) of the replay's best
+  ``CLIMB_STARTS`` configs, again while the best ones change, at most as many configs
+  as the short list took (``CLIMB_MIN`` at least). The screen's error is a ranking error near the top (configs a
+  percent apart); the climb settles it by replay where the screen put its winner one
+  step off.
+
+A config only screened keeps the screen's score, marked as such: the guide replays it
+before anything launches it or crowns a seed with it (``Guide.settle``). The screen is a
+ranking with an error band, so the short list takes a config whose screened latencies
+miss an SLO by less than ``SLO_SLACK`` (``ttft_p95`` of 24 s against a 20-s limit, say):
+the replay decides. ``scripts/bench_screen.py`` measures that the replay's best over a
+whole lattice is among the configs the two tiers replay, and what the two tiers cost.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import MutableMapping, Sequence
+from collections.abc import Iterable, MutableMapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from autotune.config.trial_config import TrialConfig
 from autotune.trial.objective import Score
+from autotune.tuner.lattice import Candidate, lattice_neighbours
 from autotune.tuner.predictor import SimOracle, predict_iter
 
-SHORTLIST_SHARE = 0.02  # the replay judges this share of the lattice up front
-SHORTLIST_MIN = 64  # ... and never fewer (a small lattice affords it: ~2 s of replays)
+SHORTLIST_SHARE = 0.02  # of the lattice, in distinct screen predictions
+SHORTLIST_MIN = 16  # ... and never fewer
+CLIMB_STARTS = 3  # the replay's best configs whose neighbours the climb judges
+CLIMB_MIN = 16  # configs the climb may add, at least (else as many as the short list took)
 SLO_SLACK = 0.5  # a screened SLO shortfall (value / limit - 1) the short list still takes
-# The screen is trusted where the short list's replays bear it out; elsewhere (a card whose
-# KV pool the long sessions overflow, where preemption sets the pace) the list doubles
-# until they do, or the replay has judged the whole lattice.
-MAX_FAILED = 0.5  # of a short list, at most this share fails or misses a limit on replay
-MAX_ERROR = 0.15  # median |log(replay / screen)| over the short list's configs that run
 
 
 @dataclass
@@ -41,18 +47,24 @@ class TwoTier:
 
     scores: list[Score | None]
     screened: np.ndarray  # True: the screen's score only
-    replayed: int  # replays made (the cache's not counted)
-    stopped: int  # short-listed configs left to the screen by the safety stop
+    replayed: int  # configs the replay judged now (the cache's not counted)
+    stopped: int  # configs left to the screen by the safety stop
+    shortlisted: int  # distinct screen predictions the short list took
+    climbed: int  # configs the climb added
 
 
 def shortlist_size(count: int) -> int:
-    """How many of ``count`` configs the replay judges up front."""
+    """How many distinct screen predictions of ``count`` configs the short list takes."""
     return min(count, max(SHORTLIST_MIN, math.ceil(SHORTLIST_SHARE * count)))
 
 
 def screen_rank(scores: Sequence[Score | None], maximize: bool) -> np.ndarray:
     """Indices of ``scores`` best first by the screen: the configs it predicts to run
     (no OOM, no crash, SLOs within the slack) by value, then the rest."""
+    return np.argsort(-_rank_values(scores, maximize), kind="stable")
+
+
+def _rank_values(scores: Sequence[Score | None], maximize: bool) -> np.ndarray:
     value = np.full(len(scores), -np.inf)
     for index, scored in enumerate(scores):
         if scored is None or not scored.values:
@@ -64,48 +76,63 @@ def screen_rank(scores: Sequence[Score | None], maximize: bool) -> np.ndarray:
         if runs:
             log_value = math.log(max(scored.values[0], 1e-9))
             value[index] = log_value if maximize else -log_value
-    return np.argsort(-value, kind="stable")
+    return value
+
+
+def shortlist(scores: Sequence[Score | None], maximize: bool, size: int) -> list[int]:
+    """The configs of the screen's best ``size`` distinct predictions, best first."""
+    values = _rank_values(scores, maximize)
+    picked: list[int] = []
+    seen: set[tuple] = set()
+    for index in np.argsort(-values, kind="stable"):
+        if not np.isfinite(values[index]):
+            break
+        alike = _prediction(scores[index])
+        if alike not in seen:
+            if len(seen) == size:
+                break
+            seen.add(alike)
+        picked.append(int(index))
+    return picked
+
+
+def _prediction(scored: Score | None) -> tuple:
+    """What the screen predicted of a config, apart from its memory margin."""
+    if scored is None:
+        return ()
+    slos = sorted(
+        (key, round(margin, 9))
+        for key, margin in scored.constraints.items()
+        if key.startswith("slo:")
+    )
+    return (tuple(round(v, 9) for v in scored.values or ()), tuple(slos), scored.feasible)
 
 
 def predict_two_tier(
     oracle: SimOracle,
-    configs: Sequence[TrialConfig],
-    keys: Sequence[str],
+    candidates: Sequence[Candidate],
     cache: MutableMapping[str, Score | None],
     *,
     maximize: bool,
-    shortlist: int,
+    shortlist_configs: int | None = None,
     deadline: float | None = None,
 ) -> TwoTier:
-    """Screen ``configs`` (TrialConfigs, ``keys`` their cache keys), replay those of its
-    best ``shortlist`` that ``cache`` lacks into it, and return every config's score:
-    the cache's replay where it has one, else the screen's. ``deadline``
-    (``time.monotonic()``) is the replays' safety stop."""
+    """Screen ``candidates``, judge the short list and the climb by replay into ``cache``
+    (those it lacks), and return every config's score: the cache's replay where it has
+    one, else the screen's. ``shortlist_configs`` caps the short list's distinct
+    predictions (None: ``shortlist_size``); ``deadline`` (``time.monotonic()``) is the
+    replays' safety stop."""
+    keys = [c.key for c in candidates]
     missing = [i for i, key in enumerate(keys) if key not in cache]
-    screened_scores = oracle.screen(configs) if missing else []
-    # The short list is the screen's top over every config (so that a second run, whose
-    # cache holds the first's replays, replays nothing); the replay judges those it lacks.
-    ranked = [int(i) for i in screen_rank(screened_scores, maximize)] if missing else []
-    replayed = stopped = 0
-    taken = 0
-    while taken < len(ranked):
-        size = shortlist if taken == 0 else taken  # the list doubles while not trusted
-        batch, taken = ranked[taken : taken + size], taken + size
-        judged = [i for i in batch if keys[i] not in cache]
-        results = predict_iter(oracle, [configs[i] for i in judged], deadline=deadline)
-        done = 0
-        try:
-            for index, scored in zip(judged, results, strict=False):
-                cache[keys[index]] = scored
-                done += 1
-        finally:
-            results.close()
-        replayed, stopped = replayed + done, stopped + len(judged) - done
-        if stopped or trusted(
-            [screened_scores[i] for i in ranked[:taken]],
-            [cache.get(keys[i]) for i in ranked[:taken]],
-        ):
-            break
+    screened_scores: list[Score | None] = (
+        oracle.screen([c.config for c in candidates]) if missing else [None] * len(keys)
+    )
+    size = shortlist_size(len(keys)) if shortlist_configs is None else shortlist_configs
+    judging = _Judge(oracle, candidates, cache, deadline)
+    listed = shortlist(screened_scores, maximize, size) if missing else []
+    judging.judge(listed)
+    budget = max(len(listed), CLIMB_MIN)
+    climbed = _climb(judging, candidates, maximize, budget=budget) if missing else 0
     scores: list[Score | None] = []
     screened = np.zeros(len(keys), dtype=bool)
     for index, key in enumerate(keys):
@@ -114,27 +141,72 @@ def predict_two_tier(
         else:
             scores.append(screened_scores[index])
             screened[index] = True
-    return TwoTier(scores, screened, replayed, stopped)
+    distinct = len({_prediction(screened_scores[i]) for i in listed})
+    return TwoTier(scores, screened, judging.replayed, judging.stopped, distinct, climbed)
 
 
-def trusted(screened: Sequence[Score | None], replayed: Sequence[Score | None]) -> bool:
-    """Whether the replays of a short list bear the screen out: of the configs the screen
-    put there, the replay runs most (no more than ``MAX_FAILED`` fail or miss a limit) and
-    its values are within ``MAX_ERROR`` of the screen's (median of the log ratio)."""
-    runs = [r is not None and r.feasible for r in replayed]
-    if sum(runs) < (1 - MAX_FAILED) * len(replayed):
-        return False
-    errors = [
-        abs(math.log(max(r.values[0], 1e-9) / max(s.values[0], 1e-9)))
-        for s, r, ok in zip(screened, replayed, runs, strict=True)
-        if ok and s is not None and s.values and r is not None and r.values
-    ]
-    return bool(errors) and float(np.median(errors)) <= MAX_ERROR
+def _climb(judging: _Judge, candidates: Sequence[Candidate], maximize: bool, budget: int) -> int:
+    """Judge the neighbours of the replay's best configs until the best ones have none
+    left unjudged, or ``budget`` configs were added; returns how many were."""
+    neighbours = lattice_neighbours([c.params for c in candidates])
+    added = 0
+    while added < budget and not judging.stopped:
+        best = judging.best(CLIMB_STARTS, maximize)
+        fresh = sorted({j for i in best for j in neighbours[i]} - judging.judged)
+        if not fresh:
+            break
+        fresh = fresh[: budget - added]
+        judging.judge(fresh)
+        added += len(fresh)
+    return added
+
+
+class _Judge:
+    """The replay's verdicts on candidates, kept in the cache."""
+
+    def __init__(
+        self,
+        oracle: SimOracle,
+        candidates: Sequence[Candidate],
+        cache: MutableMapping[str, Score | None],
+        deadline: float | None,
+    ) -> None:
+        self.oracle, self.candidates, self.cache, self.deadline = (
+            oracle,
+            candidates,
+            cache,
+            deadline,
+        )
+        self.judged = {i for i, c in enumerate(candidates) if c.key in cache}
+        self.replayed = self.stopped = 0
+
+    def judge(self, indices: Iterable[int]) -> None:
+        wanted = [i for i in indices if i not in self.judged]
+        found = predict_iter(
+            self.oracle, [self.candidates[i].config for i in wanted], deadline=self.deadline
+        )
+        done = 0
+        try:
+            for index, scored in zip(wanted, found, strict=False):
+                self.cache[self.candidates[index].key] = scored
+                self.judged.add(index)
+                done += 1
+        finally:
+            found.close()
+        self.replayed += done
+        self.stopped += len(wanted) - done
+
+    def best(self, count: int, maximize: bool) -> list[int]:
+        """The judged configs the replay rates best (feasible, by value)."""
+        judged = sorted(self.judged)
+        values = _rank_values([self.cache[self.candidates[i].key] for i in judged], maximize)
+        order = [judged[i] for i in np.argsort(-values, kind="stable") if np.isfinite(values[i])]
+        return order[:count]
 
 
 def judge(
     oracle: SimOracle,
-    configs: Sequence[TrialConfig],
+    configs: Sequence,
     keys: Sequence[str],
     cache: MutableMapping[str, Score | None],
 ) -> list[Score | None]:

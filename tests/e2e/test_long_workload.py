@@ -92,9 +92,9 @@ def test_the_warm_start_says_what_it_does_and_stops_at_its_budget(tmp_path: Path
     process = spawn(*args, cwd=tmp_path)
     assert process.wait(timeout=280) == 0, output(tmp_path)
     logged = (tmp_path / "studies" / "runs" / "night" / "run.log").read_text()
-    assert "Warm start: predicting " in logged and "configs on the simulator" in logged, logged
+    assert "Warm start: screening " in logged and "the replay judging the best" in logged, logged
     assert "stopped by the 1-s safety stop" in logged, logged
-    assert logged.index("Warm start: predicting") < logged.index("trial 0 (baseline)")
+    assert logged.index("Warm start: screening") < logged.index("trial 0 (baseline)")
     assert "trial None" not in logged
 
 
@@ -102,7 +102,7 @@ def test_the_warm_start_says_what_it_does_and_stops_at_its_budget(tmp_path: Path
 def test_ctrl_c_during_the_warm_start_exits_cleanly(tmp_path: Path, spawn) -> None:
     """Before: "the running trial is recorded as interrupted", then "holds no study yet"."""
     process = spawn(*run_args(tmp_path, "--trials", "2"), cwd=tmp_path)
-    assert wait_for(lambda: "Warm start: predicting" in output(tmp_path), timeout_s=240)
+    assert wait_for(lambda: "Warm start: screening" in output(tmp_path), timeout_s=240)
     assert process.poll() is None, output(tmp_path)
     process.send_signal(signal.SIGINT)
     assert process.wait(timeout=60) == 130, output(tmp_path)

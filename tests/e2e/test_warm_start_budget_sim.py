@@ -1,9 +1,10 @@
-"""A warm start held to its budget in configs says so, in the summary and in `show`
-("predicted N of M"), and a resume says what it predicted itself, not the first run's
-figures. The real CLI, real simulated servers."""
+"""A warm start's short list held to a count says so, in the summary and in `show`
+("replayed N"), and a resume says what it replayed itself, not the first run's figures.
+The real CLI, real simulated servers."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from tests.e2e.conftest import REPO, SAMPLE_WORKLOAD, autotune_argv, tuner_args
 SMALL = REPO / "tests" / "e2e" / "data" / "tuner-small.yaml"  # 36 points, 30 fit
 SETTINGS = {
     "seed": 1,
-    "warm_start_configs": 10,
+    "warm_start_configs": 2,
     "simulator": {"time_scale": 200},
     "load": {"max_requests": 10},
 }
@@ -42,13 +43,14 @@ def run(tmp_path: Path, trials: int) -> str:
 def test_a_warm_start_cut_by_its_budget_says_so_and_a_resume_says_what_it_did(
     tmp_path: Path,
 ) -> None:
-    cut = "warm start: predicted 10 of 30 effective configs that fit; the other 20 were never"
     first = run(tmp_path, 1)
-    assert "Warm start: predicting 10 configs on the simulator ..." in first
-    assert cut in first and "this run predicted 10," not in first, first
-    assert "; this run predicted 10;" in first
+    assert "the replay judging the best 2 distinct predictions" in first, first
+    replayed = int(re.search(r"all screened, (\d+) replayed", first)[1])  # type: ignore[index]
+    assert 2 <= replayed < 30  # the short list and its climb, not the lattice
+    summary = f"warm start: 30 effective configs fit, all screened, {replayed} replayed"
+    assert summary in first and f"; this run replayed {replayed}" in first, first
     shown = autotune(tmp_path, "show")
-    assert cut in shown and "this run predicted 10" in shown, shown
+    assert summary in shown and f"this run replayed {replayed}" in shown, shown
     resumed = run(tmp_path, 2)
-    assert "Warm start: predicting" not in resumed  # the study hands the 10 back
-    assert cut in resumed and "this run predicted 0 (10 were stored)" in resumed, resumed
+    assert "Warm start: screened" not in resumed  # the study hands the replays back
+    assert f"this run replayed 0 ({replayed} were stored)" in resumed, resumed

@@ -51,7 +51,7 @@ def test_a_study_on_one_gpu_moves_the_plan_toward_its_measurements(tmp_path: Pat
     assert study.returncode == 0, study.stdout[-2000:] + study.stderr[-2000:]
     planned = _run(
         "plan", str(SAMPLE_WORKLOAD), "--model", MODEL, "--gpu", GPU, "--sessions", "4",
-        "--slo", "ttft_p95<=120s", "--predictions", "2", "--study", "cal",
+        "--slo", "ttft_p95<=120s", "--study", "cal",
         "--storage", storage, "--out", "out", cwd=tmp_path,
     )  # fmt: skip
     assert planned.returncode == 0, planned.stdout[-3000:] + planned.stderr[-2000:]

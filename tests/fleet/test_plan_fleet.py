@@ -51,7 +51,7 @@ def planned(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     assert made.returncode == 0, made.stderr
     done = autotune(
         "plan", str(workload), "--model", MODEL, "--gpu", GPU, "--sessions", str(SESSIONS),
-        "--slo", f"ttft_p95<={SLO_TTFT_P95_S:g}s", "--predictions", "4",
+        "--slo", f"ttft_p95<={SLO_TTFT_P95_S:g}s",
         "--out", str(folder / "out"), "--storage", str(folder / "studies" / "autotune.db"),
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr

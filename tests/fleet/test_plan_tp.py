@@ -30,7 +30,7 @@ def test_plan_lists_tp2_candidates_beside_tp1(tmp_path: Path) -> None:
     done = autotune(
         "plan", str(workload), "--model", "qwen3-32b-awq", "--gpu", "h100-80g",
         "--tp", "1", "--tp", "2", "--sessions", "4", "--slo", "ttft_p95<=5s",
-        "--predictions", "2", "--out", str(tmp_path / "out"),
+        "--out", str(tmp_path / "out"),
         "--storage", str(tmp_path / "studies" / "autotune.db"),
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr

@@ -84,7 +84,7 @@ def test_what_if_is_calibrated_on_the_studys_own_gpu_and_tuned_for_the_others(
     # on the 24 GB card no pool beside the weights holds the workload's 34k-token request
     assert small.output_throughput_tok_s is None and small.best_config == "(none starts)"
     assert small.source.startswith("predicted: no config of the space starts on rtx4090-24g")
-    assert any("Warm start: predicting" in line for line in heard)
+    assert any("Warm start: screening" in line for line in heard)
     console = Console(width=250, record=True)
     console.print(comparison_table([*compare_rows([loaded]), own, h100, small]))
     assert "h100-80g what-if" in console.export_text()

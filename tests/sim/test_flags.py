@@ -174,3 +174,49 @@ def test_bad_input_exits_2_naming_the_flag(flags: list[str], needle: str, capsys
 def test_unknown_model_and_hardware_name_the_catalog(capsys) -> None:
     assert "nope" in _exit_2(["nope", "--hardware", "rtx4080s-32g"], capsys)
     assert "h9000" in _exit_2(["qwen3.6-27b-awq", "--hardware", "h9000"], capsys)
+
+
+def _every_lattice_argv() -> list[list[str]]:
+    """The argv of every config of the shipped spaces' lattices, as the tuner parses them."""
+    from autotune.config.space import load_space
+    from autotune.tuner.lattice import enumerate_effective
+
+    argvs = []
+    spaces = Path(__file__).resolve().parents[2] / "search_spaces"
+    shipped = (("qwen3.6-27b-awq.yaml", "qwen3.6-27b-awq"), ("default.yaml", "llama-3.1-8b"))
+    for name, model in shipped:
+        space = load_space(spaces / name)
+        for candidate in enumerate_effective(space, model=model, engine_version=None):
+            argvs.append([model, *candidate.config.vllm_args()[1:], "--hardware", "h100-80g"])
+    return argvs
+
+
+def test_the_plain_path_parses_every_lattice_config_as_argparse_does() -> None:
+    """The tuner's argvs skip argparse's general matching (a millisecond a parse), and get
+    the same namespace: every config of the shipped spaces, flag by flag."""
+    from autotune.sim.server.flags import _plain_namespace, _shared_parser
+
+    argvs = _every_lattice_argv()
+    assert len(argvs) > 1000
+    for argv in argvs:
+        plain = _plain_namespace(argv)
+        assert plain is not None, argv
+        assert vars(plain) == vars(_shared_parser().parse_args(argv)), argv
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--kv-cache-memory=9G"],  # a unique prefix
+        ["--max-num-seqs", "0"],  # a bad value: argparse words the error
+        ["--kv-cache-dtype", "fp9"],
+        ["-tp", "2"],  # a short flag
+        ["--max-model-len", "-1"],  # a value that looks like a flag
+        ["--cudagraph-capture-sizes", "1", "2"],  # nargs
+        ["--enable-prefix-caching=yes"],
+    ],
+)
+def test_anything_else_is_left_to_argparse(flags: list[str]) -> None:
+    from autotune.sim.server.flags import _plain_namespace
+
+    assert _plain_namespace([*BASE, *flags]) is None

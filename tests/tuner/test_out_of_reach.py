@@ -126,14 +126,14 @@ def test_no_line_and_best_first_seeds_when_the_slo_is_in_reach() -> None:
     assert utility[first] == np.nanmax(utility)
 
 
-def test_what_the_warm_start_had_no_time_to_predict_comes_next_never_a_pre_screen_reject() -> None:
-    tuner, _ = make_tuner(  # the warm start's budget: one prediction
+def test_what_the_screen_alone_scored_is_replayed_before_it_is_proposed() -> None:
+    tuner, _ = make_tuner(  # the short list: one distinct prediction; the rest screened
         "ttft_p95<=10ms", settings=TunerSettings(warm_start=1, warm_start_configs=1)
     )
     guide, sampler = tuner.guide, tuner.sampler
-    assert guide is not None and sampler is not None
-    assert guide.unpredicted.sum() == len(guide.candidates) - 1
-    for seed in tuner._seeds:  # the one predicted config, launched as the seed
+    assert guide is not None and sampler is not None and guide.screened is not None
+    assert guide.screened.sum() > len(guide.candidates) // 2
+    for seed in tuner._seeds:
         tuner.index.add(
             seed.key, params=seed.params, trial=0, values=[1.0], constraints={}, measured=True
         )
@@ -143,7 +143,7 @@ def test_what_the_warm_start_had_no_time_to_predict_comes_next_never_a_pre_scree
     for number in range(1, 9):
         params = study.ask(tuner.distributions).params
         candidate = by_params[str(params)]  # a config of the lattice: it passed the pre-screen
-        assert guide.unpredicted[guide.by_key[candidate.key]]
+        assert not guide.screened[guide.by_key[candidate.key]]  # replayed before proposed
         tuner.index.add(
             candidate.key, params=params, trial=number, values=[1.0], constraints={}, measured=True
         )

@@ -19,9 +19,8 @@ from autotune.sim.model.calibration_profile import CalibrationProfile
 from autotune.study import StudySpec
 from autotune.study.setup import RunOptions, prepare_study
 from autotune.trial.objective import Goal, Score, parse_objectives, parse_slos
-from autotune.tuner import lattice
 from autotune.tuner.guide import build_guide
-from autotune.tuner.lattice import enumerate_effective, lattice_params
+from autotune.tuner.lattice import enumerate_effective
 from autotune.tuner.prediction_cache import (
     PACKAGE,
     STUDY_ATTR,
@@ -118,21 +117,6 @@ def test_the_parallel_cached_warm_start_ranks_as_the_serial_one(
     replayed = ~parallel.screened  # the short list: replayed in worker processes
     assert replayed.sum() == parallel.replayed > 0
     np.testing.assert_array_equal(parallel.utility[replayed], reference.utility[replayed])
-
-
-def test_the_parallel_enumeration_is_the_serial_one(spec: StudySpec) -> None:
-    def enumerate_with(workers: int) -> list[tuple]:
-        found = enumerate_effective(
-            spec.space,
-            model=spec.model,
-            engine_version=None,
-            prescreen=spec.prescreen,
-            workers=workers,
-        )
-        return [(c.key, c.params, c.memory) for c in found]
-
-    assert len(lattice_params(spec.space, None)) >= lattice.PARALLEL_ABOVE  # forks
-    assert enumerate_with(2) == enumerate_with(1)
 
 
 def changed_oracles(oracle: SimOracle, tmp_path: Path) -> dict[str, SimOracle]:

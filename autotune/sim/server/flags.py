@@ -308,11 +308,78 @@ def _shared_parser() -> argparse.ArgumentParser:
     return build_parser()
 
 
+@functools.cache
+def _parser_defaults() -> dict[str, Any]:
+    """Every destination's default, as ``parse_args`` leaves it when a flag is absent."""
+    parser = _shared_parser()
+    defaults: dict[str, Any] = {}
+    for action in parser._actions:
+        if action.dest is argparse.SUPPRESS or action.default is argparse.SUPPRESS:
+            continue
+        default = action.default
+        if isinstance(default, str) and action.type is not None:
+            default = action.type(default)
+        defaults[action.dest] = default
+    return defaults
+
+
+_FLAG_ACTIONS = (argparse._StoreTrueAction, argparse._StoreFalseAction, argparse._StoreConstAction)
+
+
+def _plain_namespace(argv: list[str]) -> argparse.Namespace | None:
+    """The namespace ``parse_args`` returns for an argv of whole long flags with valid
+    values (what the tuner builds: ``TrialConfig.vllm_args``), without argparse's general
+    matching, which costs about a millisecond a parse (the tuner parses every config of
+    a lattice); None for anything else (an abbreviation, a bad value, a short flag), which
+    ``parse_args`` then parses and words as vLLM does."""
+    actions = _shared_parser()._option_string_actions
+    values = dict(_parser_defaults())
+    positional: list[str] = []
+    index = 0
+    while index < len(argv):
+        token = argv[index]
+        if not token.startswith("--"):
+            if token.startswith("-"):
+                return None
+            positional.append(token)
+            index += 1
+            continue
+        flag, has_value, value = token.partition("=")
+        action = actions.get(flag)
+        if action is None:
+            return None
+        if isinstance(action, argparse._StoreAction) and action.nargs is None:
+            if not has_value:
+                if index + 1 >= len(argv) or argv[index + 1].startswith("-"):
+                    return None
+                index += 1
+                value = argv[index]
+            try:
+                converted = action.type(value) if action.type is not None else value
+            except (ValueError, TypeError, argparse.ArgumentTypeError):
+                return None
+            if action.choices is not None and converted not in action.choices:
+                return None
+            values[action.dest] = converted
+        elif isinstance(action, _FLAG_ACTIONS) and not has_value:
+            values[action.dest] = action.const
+        elif isinstance(action, argparse.BooleanOptionalAction) and not has_value:
+            values[action.dest] = not flag.startswith("--no-")
+        else:
+            return None
+        index += 1
+    if len(positional) > 1 or values.get("hardware") is None:
+        return None
+    values["model_tag"] = positional[0] if positional else None
+    return argparse.Namespace(**values)
+
+
 def parse_serve_args(argv: list[str], *, environ: dict[str, str] | None = None) -> ServeArgs:
     """Parse a ``serve`` argv (without ``serve``). Bad input: usage error, exit 2."""
     env = os.environ if environ is None else environ
     parser = _shared_parser()
-    ns = parser.parse_args(normalize_argv(argv))
+    normalized = normalize_argv(argv)
+    ns = _plain_namespace(normalized) or parser.parse_args(normalized)
     model = ns.model_tag or ns.model
     if model is None:
         parser.error(
@@ -392,7 +459,7 @@ def parse_serve_args(argv: list[str], *, environ: dict[str, str] | None = None) 
         vllm_version=ns.emulate_vllm_version,
         calibration=calibration,
         tokenizer=ns.tokenizer,
-        non_default_args=_non_default_args(parser, ns, model),
+        non_default_args=_non_default_args(ns, model),
         warnings=tuple(warnings),
     )
 
@@ -433,15 +500,14 @@ _SIM_ONLY = frozenset(
 )
 
 
-def _non_default_args(
-    parser: argparse.ArgumentParser, ns: argparse.Namespace, model: str
-) -> dict[str, Any]:
+def _non_default_args(ns: argparse.Namespace, model: str) -> dict[str, Any]:
     """The ``non-default args: {...}`` dict vLLM logs (model_tag first, then the rest)."""
     out: dict[str, Any] = {"model_tag": model}
+    defaults = _parser_defaults()
     for key, value in vars(ns).items():
         if key in _SIM_ONLY or key == "model_tag":
             continue
-        if value != parser.get_default(key):
+        if value != defaults.get(key):
             out[key] = value
     out["model"] = model
     return out
