@@ -97,7 +97,7 @@ def measure(name: str, spec, oracle: SimOracle, sample: int, space=None, prescre
     )
     best = int(np.argmax(replay_values))
     rank = int(np.flatnonzero(screen_rank(screened, maximize=True) == best)[0]) + 1
-    listed = shortlist(screened, True, shortlist_size(len(configs)))
+    listed = [i for group in shortlist(screened, True, shortlist_size(len(configs))) for i in group]
     judged = [i for i, c in enumerate(candidates) if c.key in cache]
     two_tier_best = max((replay_values[i] for i in judged), default=0.0)
     return {

@@ -4,13 +4,14 @@ The replay (``sim/virtual/predict.py``) costs tens of milliseconds a config; the
 (``sim/virtual/screen/``) well under one. ``predict_two_tier`` screens the configs the
 cache has no replay of, then the replay judges, into the cache:
 
-- the short list: the configs of the screen's best ``SHORTLIST_SHARE`` of the lattice
-  counted in distinct predictions (configs the screen predicts exactly alike, a KV pool
-  that never fills at every size, count once: their replays are mostly one, shared), at
-  least ``SHORTLIST_MIN``;
+- the short list: the screen's best ``SHORTLIST_SHARE`` of the lattice counted in
+  distinct predictions, at least ``SHORTLIST_MIN``: of configs the screen predicts
+  exactly alike (a KV pool that never fills, at every size) the replay judges the one
+  the screen ranks first, and the others take its figures until they are replayed;
 - the climb: the lattice neighbours (one step along one knob) of the replay's best
-  ``CLIMB_STARTS`` configs, again while the best ones change, at most as many configs
-  as the short list took (``CLIMB_MIN`` at least). The screen's error is a ranking error near the top (configs a
+  ``CLIMB_STARTS`` distinct predictions and of any other within ``CLIMB_WITHIN`` of the
+  best, again while they change, at most as many configs as the short list took
+  (``CLIMB_MIN`` at least). The screen's error is a ranking error near the top (configs a
   percent apart); the climb settles it by replay where the screen put its winner one
   step off.
 
@@ -36,7 +37,8 @@ from autotune.tuner.predictor import SimOracle, predict_iter
 
 SHORTLIST_SHARE = 0.02  # of the lattice, in distinct screen predictions
 SHORTLIST_MIN = 16  # ... and never fewer
-CLIMB_STARTS = 3  # the replay's best configs whose neighbours the climb judges
+CLIMB_STARTS = 3  # the climb starts from the replay's best distinct predictions, this many
+CLIMB_WITHIN = 0.05  # ... and every other within this of the best
 CLIMB_MIN = 16  # configs the climb may add, at least (else as many as the short list took)
 SLO_SLACK = 0.5  # a screened SLO shortfall (value / limit - 1) the short list still takes
 
@@ -79,21 +81,21 @@ def _rank_values(scores: Sequence[Score | None], maximize: bool) -> np.ndarray:
     return value
 
 
-def shortlist(scores: Sequence[Score | None], maximize: bool, size: int) -> list[int]:
-    """The configs of the screen's best ``size`` distinct predictions, best first."""
+def shortlist(scores: Sequence[Score | None], maximize: bool, size: int) -> list[list[int]]:
+    """The screen's best ``size`` distinct predictions, best first: each the configs it
+    predicts alike, best first by the screen's ranking."""
     values = _rank_values(scores, maximize)
-    picked: list[int] = []
-    seen: set[tuple] = set()
+    groups: dict[tuple, list[int]] = {}
     for index in np.argsort(-values, kind="stable"):
         if not np.isfinite(values[index]):
             break
         alike = _prediction(scores[index])
-        if alike not in seen:
-            if len(seen) == size:
+        if alike not in groups:
+            if len(groups) == size:
                 break
-            seen.add(alike)
-        picked.append(int(index))
-    return picked
+            groups[alike] = []
+        groups[alike].append(int(index))
+    return list(groups.values())
 
 
 def _prediction(scored: Score | None) -> tuple:
@@ -129,20 +131,27 @@ def predict_two_tier(
     )
     size = shortlist_size(len(keys)) if shortlist_configs is None else shortlist_configs
     judging = _Judge(oracle, candidates, cache, deadline)
-    listed = shortlist(screened_scores, maximize, size) if missing else []
-    judging.judge(listed)
-    budget = max(len(listed), CLIMB_MIN)
+    groups = shortlist(screened_scores, maximize, size) if missing else []
+    judging.judge(group[0] for group in groups)  # the others are predicted alike
+    budget = max(len(groups), CLIMB_MIN)
     climbed = _climb(judging, candidates, maximize, budget=budget) if missing else 0
+    # A config the screen predicts as it does a replayed one takes that replay's figures,
+    # still marked as screened (``Guide.settle`` replays it before it is launched).
+    stand_in = {
+        member: keys[group[0]]
+        for group in groups
+        for member in group[1:]
+        if keys[group[0]] in cache
+    }
     scores: list[Score | None] = []
     screened = np.zeros(len(keys), dtype=bool)
     for index, key in enumerate(keys):
         if key in cache:
             scores.append(cache[key])
-        else:
-            scores.append(screened_scores[index])
-            screened[index] = True
-    distinct = len({_prediction(screened_scores[i]) for i in listed})
-    return TwoTier(scores, screened, judging.replayed, judging.stopped, distinct, climbed)
+            continue
+        screened[index] = True
+        scores.append(cache[stand_in[index]] if index in stand_in else screened_scores[index])
+    return TwoTier(scores, screened, judging.replayed, judging.stopped, len(groups), climbed)
 
 
 def _climb(judging: _Judge, candidates: Sequence[Candidate], maximize: bool, budget: int) -> int:
@@ -151,7 +160,7 @@ def _climb(judging: _Judge, candidates: Sequence[Candidate], maximize: bool, bud
     neighbours = lattice_neighbours([c.params for c in candidates])
     added = 0
     while added < budget and not judging.stopped:
-        best = judging.best(CLIMB_STARTS, maximize)
+        best = judging.best(maximize)
         fresh = sorted({j for i in best for j in neighbours[i]} - judging.judged)
         if not fresh:
             break
@@ -196,12 +205,23 @@ class _Judge:
         self.replayed += done
         self.stopped += len(wanted) - done
 
-    def best(self, count: int, maximize: bool) -> list[int]:
-        """The judged configs the replay rates best (feasible, by value)."""
+    def best(self, maximize: bool) -> list[int]:
+        """The judged configs to climb from: the replay's best ``CLIMB_STARTS`` distinct
+        predictions (twins count once) and any other within ``CLIMB_WITHIN`` of the best."""
         judged = sorted(self.judged)
-        values = _rank_values([self.cache[self.candidates[i].key] for i in judged], maximize)
-        order = [judged[i] for i in np.argsort(-values, kind="stable") if np.isfinite(values[i])]
-        return order[:count]
+        scores = [self.cache[self.candidates[i].key] for i in judged]
+        values = _rank_values(scores, maximize)
+        picked: list[int] = []
+        seen: set[tuple] = set()
+        for position in np.argsort(-values, kind="stable"):
+            if not np.isfinite(values[position]):
+                break
+            alike = _prediction(scores[position])
+            near = values[position] >= values.max() + math.log(1 - CLIMB_WITHIN)
+            if alike not in seen and (len(seen) < CLIMB_STARTS or near):
+                seen.add(alike)
+                picked.append(judged[position])
+        return picked
 
 
 def judge(

@@ -90,8 +90,8 @@ def test_the_short_list_counts_configs_predicted_alike_once() -> None:
         scored(80.0),
         None,
     ]
-    assert shortlist(scores, maximize=True, size=2) == [3, 0, 1, 2]
-    assert shortlist(scores, maximize=True, size=3) == [3, 0, 1, 2, 5]
+    assert shortlist(scores, maximize=True, size=2) == [[3], [0, 1, 2]]
+    assert shortlist(scores, maximize=True, size=3) == [[3], [0, 1, 2], [5]]
 
 
 def test_lattice_neighbours_are_one_step_along_one_knob() -> None:
