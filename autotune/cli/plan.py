@@ -20,7 +20,7 @@ from autotune.errors import InputError
 from autotune.fleet.candidates import Candidate, PlanInputs, plan_gpu, rank
 from autotune.fleet.deploy import write_deploy
 from autotune.fleet.inputs import check_prices, check_sessions, check_tp_sizes
-from autotune.fleet.report import plan_html, plan_lines, plan_table
+from autotune.fleet.report import plan_html, plan_lines, plan_table, why_lost
 from autotune.fleet.routing import describe
 from autotune.replay.load import LoadSpec
 from autotune.sim.model.calibration_profile import CalibrationProfile, load_profile
@@ -285,7 +285,9 @@ def plan(
 
 
 def plan_record(ranked: list[Candidate], load: LoadSpec, slos: list[str], model: str) -> dict:
-    """plan.json: the load, the limits and every candidate, the winner first."""
+    """plan.json: the load, the limits and every candidate, the winner first, with the
+    configs weighed for it and why it lost."""
+    winner = ranked[0] if ranked and ranked[0].replicas is not None else None
     rows = []
     for candidate in ranked:
         stats = candidate.fleet.stats if candidate.fleet else None
@@ -306,6 +308,8 @@ def plan_record(ranked: list[Candidate], load: LoadSpec, slos: list[str], model:
                 "breaks_on": candidate.breaks_on,
                 "binding": candidate.binding,
                 "calibrated": candidate.calibrated,
+                "configs_considered": candidate.configs_considered,
+                "lost_because": why_lost(candidate, winner),
                 "argv": candidate.config.vllm_args() if candidate.config else None,
                 "config": candidate.config.model_dump() if candidate.config else None,
             }
