@@ -13,7 +13,11 @@ before each one:
 3. The rest of the budget running elsewhere: wait, then decide again. A live
    trial ends and counts, or fails and leaves room; a dead one goes stale and is
    retried. Stopping here instead left a dead worker's last trial RUNNING for good.
-4. Otherwise start one. On PostgreSQL the decision and Optuna's creation of the
+4. Nothing the tuner could launch while other trials run (its lattice empty outside
+   the tail: the next trial would be answered at once, a duplicate or a predicted OOM):
+   wait for them, said once. Answering trials then instead spent the budget before
+   the launches had measured anything the tail could re-measure.
+5. Otherwise start one. On PostgreSQL the decision and Optuna's creation of the
    trial happen under an advisory lock per study, so two workers never both take
    the last slot; the trial's first act (``claim``) releases it.
 """
@@ -115,6 +119,10 @@ class TrialBudget:
         self._say = say or (lambda _: None)
         # Raises KeyboardInterrupt when one is held between trials (the runner sets it).
         self.interrupted: Callable[[], None] = lambda: None
+        # True when the next trial could only be answered without a launch (the runner
+        # sets it to the tuner's ``nothing_to_launch``).
+        self.nothing_to_launch: Callable[[], bool] = lambda: False
+        self._said_empty = False
         self._lock = _StudyLock.for_storage(storage, study.study_name)
         self._retry = RetryStaleTrial(n_trials)
 
@@ -131,7 +139,11 @@ class TrialBudget:
             self._lock.acquire()
             standing = self._settle()
             if self.n_trials is None or standing.counted + len(standing.running) < self.n_trials:
-                return True
+                if not standing.running or not self.nothing_to_launch():
+                    return True
+                self._lock.release()
+                self._wait_for_launches(standing)
+                continue
             self._lock.release()
             if standing.counted >= self.n_trials or self._past_deadline():
                 return False
@@ -144,6 +156,19 @@ class TrialBudget:
                 said = True
             self.interrupted()
             time.sleep(POLL_S)
+
+    def _wait_for_launches(self, standing: Standing) -> None:
+        """Step 4 of the module docstring: one poll's wait, said the first time."""
+        if not self._said_empty:
+            self._say(
+                "nothing left in the space to launch (every config measured, being measured, "
+                "predicted to OOM or like one measured): waiting for "
+                f"{standing.running_text()} before answering trials without a launch "
+                "(duplicates, predicted OOMs), which --trials counts"
+            )
+            self._said_empty = True
+        self.interrupted()
+        time.sleep(POLL_S)
 
     def after_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
         """An Optuna callback, the last: stop the study unless another trial may start."""
