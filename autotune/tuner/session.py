@@ -346,9 +346,9 @@ class Tuner:
         return Role(dict(leader.params), confirms=leader.first_trial)
 
     def nothing_to_launch(self, study: optuna.Study) -> bool:
-        """Whether the next trial, outside the tail, could only be answered without a
-        launch (a duplicate or a predicted OOM from the sampler's random fallback): the
-        guided lattice has nothing left. The budget then waits for other workers' trials
+        """Whether the guided sampler has nothing left to propose outside the tail: the
+        next trial is its random fallback's draw, most often answered without a launch (a
+        duplicate, a predicted OOM). The budget then waits for other workers' trials
         rather than spend a slot while they measure (``study/budget.py``)."""
         if self.sampler is None or self.closing:
             return False
