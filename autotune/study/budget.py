@@ -120,8 +120,8 @@ class TrialBudget:
         # Raises KeyboardInterrupt when one is held between trials (the runner sets it).
         self.interrupted: Callable[[], None] = lambda: None
         # True when the guided sampler has nothing left to propose (the runner sets it to
-        # the tuner's ``nothing_to_launch``).
-        self.nothing_to_launch: Callable[[], bool] = lambda: False
+        # the tuner's ``nothing_to_propose``).
+        self.nothing_to_propose: Callable[[], bool] = lambda: False
         self._said_empty = False
         self._lock = _StudyLock.for_storage(storage, study.study_name)
         self._retry = RetryStaleTrial(n_trials)
@@ -139,9 +139,9 @@ class TrialBudget:
             self._lock.acquire()
             standing = self._settle()
             if self.n_trials is None or standing.counted + len(standing.running) < self.n_trials:
-                if not self.nothing_to_launch():
+                if not self.nothing_to_propose():
                     return True
-                self._say_nothing_to_launch()
+                self._say_nothing_to_propose()
                 if not standing.running:
                     return True
                 self._lock.release()
@@ -161,7 +161,7 @@ class TrialBudget:
             self.interrupted()
             time.sleep(POLL_S)
 
-    def _say_nothing_to_launch(self) -> None:
+    def _say_nothing_to_propose(self) -> None:
         """Step 4 of the module docstring, said once."""
         if not self._said_empty:
             self._say(

@@ -345,7 +345,7 @@ class Tuner:
             return None
         return Role(dict(leader.params), confirms=leader.first_trial)
 
-    def nothing_to_launch(self, study: optuna.Study) -> bool:
+    def nothing_to_propose(self, study: optuna.Study) -> bool:
         """Whether the guided sampler has nothing left to propose outside the tail: the
         next trial is its random fallback's draw, most often answered without a launch (a
         duplicate, a predicted OOM). The budget then waits for other workers' trials
