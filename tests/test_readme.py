@@ -75,3 +75,26 @@ def test_the_readme_is_short_and_points_to_the_tuner_docs() -> None:
     assert "docs/tuner.md" in README
     tuner_docs = (REPO / "docs" / "tuner.md").read_text()
     assert "## How the tuner searches" in tuner_docs and "## How the tuner searches" in README
+
+
+def test_the_plan_example_reads_a_workload_an_earlier_command_makes(tmp_path: Path) -> None:
+    """Before: `autotune plan team.jsonl` named a file no command before it made (pasted in
+    order: "cannot read workload")."""
+    lines = [line.split("#")[0].strip() for line in README.splitlines()]
+    at = next(index for index, line in enumerate(lines) if line.startswith("autotune plan "))
+    planned = shlex.split(lines[at])
+    workload = planned[2]
+    makers = [
+        shlex.split(line)
+        for line in lines[:at]
+        if line.startswith("autotune workload gen ") and shlex.split(line)[-1] == workload
+    ]
+    assert makers, f"no README command before the plan example makes {workload}"
+    done = subprocess.run(
+        [sys.executable, "-m", "autotune", *makers[-1][1:]],
+        cwd=tmp_path, capture_output=True, text=True, timeout=scaled_timeout_s(60),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    sessions = len(load_plan(tmp_path / workload).sessions)
+    assert sessions >= int(option(planned, "--sessions"))  # the plan refuses more
+    assert f"the {sessions} sessions" in README  # what the text says of the example

@@ -73,6 +73,29 @@ class ModelSpec(BaseModel):
             + self.linear_value_head_dim * self.linear_num_value_heads
         )
 
+    def tensor_parallel_refusal(self, tp: int) -> str | None:
+        """Why vLLM refuses to shard this model over ``tp`` GPUs at start (None: it does
+        not). Its QKVParallelLinear splits the attention heads over the ranks
+        (``divide(num_attention_heads, tp)``) and splits the KV heads too, or replicates
+        each over ``tp // num_kv_heads`` ranks when there are fewer, so one divides the
+        other; its Gated DeltaNet layers split their key and value heads likewise."""
+        heads = self.num_attention_heads
+        if heads % tp:
+            return f"{self.name} has {heads} attention heads, not divisible by {tp}"
+        kv = self.num_kv_heads
+        if kv % tp and tp % kv:
+            return (
+                f"{self.name} has {kv} KV heads: TP must divide them or be a multiple of them "
+                "(each then replicated)"
+            )
+        for what, count in (
+            ("key", self.linear_num_key_heads),
+            ("value", self.linear_num_value_heads),
+        ):
+            if count and count % tp:
+                return f"{self.name} has {count} Gated DeltaNet {what} heads, not divisible by {tp}"
+        return None
+
     def linear_state_bytes(self, num_speculative_tokens: int = 0) -> int:
         """One GDN layer's per-request state: conv + recurrent (vLLM's mamba page)."""
         if not self.is_hybrid:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import re
 from importlib import resources
 
@@ -29,9 +30,12 @@ def parse_prices(texts: list[str]) -> dict[str, float]:
         try:
             usd = float(value)
         except ValueError:
-            usd = -1.0
-        if not sep or not gpu.strip() or usd <= 0:
-            raise InputError(f"--price {text!r}: expected GPU=USD_PER_HOUR, e.g. h100=2.49")
+            usd = math.nan
+        if not sep or not gpu.strip() or not math.isfinite(usd) or usd <= 0:
+            raise InputError(
+                f"--price {text!r}: expected GPU=USD_PER_HOUR, the price a finite number > 0 "
+                "(e.g. h100=2.49)"
+            )
         prices[gpu.strip()] = usd
     return prices
 

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from autotune.catalog.hardware import MAX_TENSOR_PARALLEL_SIZE, get_gpu
+from autotune.catalog.hardware import get_gpu
 from autotune.catalog.models import get_model
 from autotune.catalog.prices import default_prices, parse_prices, price_for
 from autotune.cli._common import StorageOption, console, handle_errors
@@ -19,7 +19,8 @@ from autotune.defaults import DEFAULT_STORAGE_URL
 from autotune.errors import InputError
 from autotune.fleet.candidates import Candidate, PlanInputs, plan_gpu, rank
 from autotune.fleet.deploy import write_deploy
-from autotune.fleet.report import plan_html, plan_lines, plan_table
+from autotune.fleet.inputs import check_prices, check_sessions, check_tp_sizes
+from autotune.fleet.report import plan_html, plan_lines, plan_table, why_lost
 from autotune.fleet.routing import describe
 from autotune.replay.load import LoadSpec
 from autotune.sim.model.calibration_profile import CalibrationProfile, load_profile
@@ -45,6 +46,7 @@ def target_load(
     if sessions is not None:
         if not plan.sessions:
             raise InputError(f"{plan.name}: --sessions needs a workload of sessions")
+        check_sessions(plan, sessions)
         return LoadSpec(mode="sessions", concurrency=sessions)
     if speedup is not None:
         return LoadSpec(mode="trace", timing_scale=speedup, max_gap_s=None)
@@ -192,19 +194,16 @@ def plan(
     """Plan a fleet: the cheapest GPU kind and replica count that meets the SLOs at a load."""
     started = time.monotonic()
     sim_name = sim_model or model
-    get_model(sim_name)
+    model_spec = get_model(sim_name)
     gpus = list(gpu or DEFAULT_GPUS)
     for name in gpus:
         get_gpu(name)
     tp_sizes = sorted(set(tp or [1]))
-    if tp_sizes[-1] > MAX_TENSOR_PARALLEL_SIZE:
-        raise InputError(
-            f"--tp {tp_sizes[-1]}: the simulator models one node of at most "
-            f"{MAX_TENSOR_PARALLEL_SIZE} GPUs"
-        )
+    check_tp_sizes(model_spec, tp_sizes)
     if calibration is not None and study is not None:
         raise InputError("give one of --calibration and --study")
-    prices = {**default_prices(), **parse_prices(price or [])}
+    given_prices = parse_prices(price or [])
+    check_prices(price or [], gpus)
     workload_plan = load_plan(workload)
     load = target_load(workload_plan, sessions, speedup, rate)
     goal = Goal(objectives=[ObjectiveName.THROUGHPUT], slos=parse_slos(slo))
@@ -227,7 +226,9 @@ def plan(
     say = out_console.print
     candidates: list[Candidate] = []
     for name in gpus:
-        usd = price_for(prices, name)
+        usd = price_for(given_prices, name)  # the user's over the defaults, even inexact
+        if usd is None:
+            usd = price_for(default_prices(), name)
         if usd is None:
             raise InputError(f"--gpu {name}: no price; give --price {name}=USD_PER_HOUR")
         for size in tp_sizes:
@@ -274,7 +275,9 @@ def plan(
 
 
 def plan_record(ranked: list[Candidate], load: LoadSpec, slos: list[str], model: str) -> dict:
-    """plan.json: the load, the limits and every candidate, the winner first."""
+    """plan.json: the load, the limits and every candidate, the winner first, with the
+    configs weighed for it and why it lost."""
+    winner = ranked[0] if ranked and ranked[0].replicas is not None else None
     rows = []
     for candidate in ranked:
         stats = candidate.fleet.stats if candidate.fleet else None
@@ -295,6 +298,8 @@ def plan_record(ranked: list[Candidate], load: LoadSpec, slos: list[str], model:
                 "breaks_on": candidate.breaks_on,
                 "binding": candidate.binding,
                 "calibrated": candidate.calibrated,
+                "configs_considered": candidate.configs_considered,
+                "lost_because": why_lost(candidate, winner),
                 "argv": candidate.config.vllm_args() if candidate.config else None,
                 "config": candidate.config.model_dump() if candidate.config else None,
             }

@@ -21,10 +21,10 @@ from autotune.catalog.prices import SECONDS_PER_HOUR
 from autotune.config.space import SearchSpace
 from autotune.config.trial_config import TrialConfig
 from autotune.errors import InputError
-from autotune.fleet.routing import split_load, split_plan
+from autotune.fleet.routing import most_replicas, split_load, split_plan
 from autotune.fleet.sizing import FleetModel, FleetPrediction, fewest_replicas, headroom
 from autotune.replay.load import LoadSpec
-from autotune.results.what_if import tune_space
+from autotune.results.what_if import TunedForGpu, tune_space
 from autotune.sim.model.calibration_profile import CalibrationProfile
 from autotune.trial.objective import Goal
 from autotune.workload.plan import WorkloadPlan
@@ -63,6 +63,9 @@ class Candidate:
     headroom: float = 1.0  # the target load times this still meets every limit
     breaks_on: str | None = None  # the limit that breaks above the headroom
     calibrated: bool = False
+    # The configs weighed for this GPU kind: its tuning's (the space's lattice configs that
+    # start on it, as tune_space reports them) and the other kinds' winners sized here.
+    configs_considered: int | None = None
 
     @property
     def gpus(self) -> int | None:
@@ -108,13 +111,13 @@ def space_with_tp(space: SearchSpace, tp: int) -> SearchSpace:
 
 def _tuned(
     inputs: PlanInputs, gpu: str, tp: int, replicas: int, say: Callable[[str], None]
-) -> TrialConfig:
+) -> TunedForGpu:
     """The space tuned for ``gpu`` x ``tp`` at one replica's share of the load over
     ``replicas``."""
     share_plan = split_plan(inputs.plan, replicas)[0]
     share_load = split_load(inputs.load, replicas)[0]
     say(f"{gpu} TP {tp}: tuning the space for one of {replicas} replica(s) on the simulator")
-    tuned = tune_space(
+    return tune_space(
         space_with_tp(inputs.space, tp),
         gpu=gpu,
         model=inputs.model,
@@ -127,7 +130,6 @@ def _tuned(
         calibration=applying(inputs.calibration, gpu, inputs.sim_model),
         cache_path=inputs.cache_path,
     )
-    return tuned.config
 
 
 def _better(first: FleetPrediction | None, second: FleetPrediction | None) -> bool:
@@ -167,13 +169,14 @@ def plan_gpu(
     replicas here (the replay judges only the screen's short list)."""
     calibration = applying(inputs.calibration, gpu, inputs.sim_model)
     best: tuple[FleetModel, FleetPrediction] | None = None
-    replicas, tuned_for = 1, set()
+    replicas, tuned_for, considered = 1, set(), 0
     while replicas not in tuned_for and len(tuned_for) < MAX_TUNINGS:
         tuned_for.add(replicas)
         try:
-            config = _tuned(inputs, gpu, tp, replicas, say)
+            tuned = _tuned(inputs, gpu, tp, replicas, say)
         except InputError as exc:  # NoConfigStarts too: nothing starts on the card
             return Candidate(gpu, tp, usd_per_gpu_hour, None, None, None, str(exc))
+        config, considered = tuned.config, max(considered, tuned.configs)
         model = FleetModel(
             config, gpu, inputs.sim_model, inputs.plan, inputs.goal, calibration=calibration
         )
@@ -187,7 +190,7 @@ def plan_gpu(
     for other in others:
         if best is None or best[1].replicas == 1:
             break
-        config = with_tp(other, tp)
+        config, considered = with_tp(other, tp), considered + 1
         model = FleetModel(
             config, gpu, inputs.sim_model, inputs.plan, inputs.goal, calibration=calibration
         )
@@ -197,9 +200,13 @@ def plan_gpu(
             assert fleet is not None
             best = (model, fleet)
     if best is None:
+        most = most_replicas(inputs.plan, inputs.load)
+        tried = model.predict(most, inputs.load)  # the sizing's last try (memoised)
         return Candidate(
             gpu, tp, usd_per_gpu_hour, None, None, None,
-            "no fleet meets the limits (one session per replica at most)",
+            f"no fleet meets the limits; {most} replicas (one session each at most): "
+            f"{tried.summary()}",
+            configs_considered=considered,
         )  # fmt: skip
     model, fleet = best
     held, breaks_on = headroom(model, fleet.replicas, inputs.load)
@@ -214,6 +221,7 @@ def plan_gpu(
         headroom=held,
         breaks_on=breaks_on,
         calibrated=calibration is not None,
+        configs_considered=considered,
     )
 
 

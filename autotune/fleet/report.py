@@ -55,6 +55,28 @@ HEADERS = [
 DETAIL_HEADERS = ["sets the count", "config"]
 
 
+def why_lost(candidate: Candidate, winner: Candidate | None) -> str | None:
+    """Why ``candidate`` is not the plan (None: it is ``winner``, the cheapest fleet)."""
+    if candidate is winner:
+        return None
+    if candidate.usd_per_hour is None or winner is None or winner.usd_per_hour is None:
+        return candidate.binding  # no fleet of it meets the limits, and why
+    mine, theirs = _fleet(candidate), _fleet(winner)
+    if candidate.usd_per_hour > winner.usd_per_hour:
+        return f"costs more: {mine} against {theirs}"
+    return (
+        f"as cheap per hour as {theirs}, ranked after it on $ per million output tokens: "
+        f"{_fmt(candidate.usd_per_million_tokens, ',.2f')} against "
+        f"{_fmt(winner.usd_per_million_tokens, ',.2f')}"
+    )
+
+
+def _fleet(candidate: Candidate) -> str:
+    """``2 x h100-80g TP 2 at $10.00/hour``."""
+    tp = f" TP {candidate.tp}" if candidate.tp > 1 else ""
+    return f"{candidate.replicas} x {candidate.gpu}{tp} at ${candidate.usd_per_hour:,.2f}/hour"
+
+
 def plan_table(candidates: list[Candidate], title: str) -> Table:
     """The ranked candidates, cheapest first."""
     table = Table(title=title)

@@ -13,7 +13,11 @@ before each one:
 3. The rest of the budget running elsewhere: wait, then decide again. A live
    trial ends and counts, or fails and leaves room; a dead one goes stale and is
    retried. Stopping here instead left a dead worker's last trial RUNNING for good.
-4. Otherwise start one. On PostgreSQL the decision and Optuna's creation of the
+4. Nothing left that the guided sampler proposes, outside the tail (the next trial a
+   random draw, most often answered at once: a duplicate, a predicted OOM), said once:
+   while other trials run, wait for them. Such answers then spent a small space's
+   budget before the launches had measured anything the tail could re-measure.
+5. Otherwise start one. On PostgreSQL the decision and Optuna's creation of the
    trial happen under an advisory lock per study, so two workers never both take
    the last slot; the trial's first act (``claim``) releases it.
 """
@@ -115,6 +119,10 @@ class TrialBudget:
         self._say = say or (lambda _: None)
         # Raises KeyboardInterrupt when one is held between trials (the runner sets it).
         self.interrupted: Callable[[], None] = lambda: None
+        # True when the guided sampler has nothing left to propose (the runner sets it to
+        # the tuner's ``nothing_to_propose``).
+        self.nothing_to_propose: Callable[[], bool] = lambda: False
+        self._said_empty = False
         self._lock = _StudyLock.for_storage(storage, study.study_name)
         self._retry = RetryStaleTrial(n_trials)
 
@@ -131,7 +139,15 @@ class TrialBudget:
             self._lock.acquire()
             standing = self._settle()
             if self.n_trials is None or standing.counted + len(standing.running) < self.n_trials:
-                return True
+                if not self.nothing_to_propose():
+                    return True
+                self._say_nothing_to_propose()
+                if not standing.running:
+                    return True
+                self._lock.release()
+                self.interrupted()
+                time.sleep(POLL_S)
+                continue
             self._lock.release()
             if standing.counted >= self.n_trials or self._past_deadline():
                 return False
@@ -144,6 +160,18 @@ class TrialBudget:
                 said = True
             self.interrupted()
             time.sleep(POLL_S)
+
+    def _say_nothing_to_propose(self) -> None:
+        """Step 4 of the module docstring, said once."""
+        if not self._said_empty:
+            self._say(
+                "nothing left that the guided sampler proposes (every config measured, being "
+                "measured, predicted to OOM or to behave like one measured): until the tail, "
+                "trials draw at random from the space, and a config drawn before is answered "
+                "without a launch (a duplicate; --trials counts it); none starts while another "
+                "trial runs"
+            )
+            self._said_empty = True
 
     def after_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
         """An Optuna callback, the last: stop the study unless another trial may start."""

@@ -58,6 +58,7 @@ class TrialRunner:
         self.between_trials = BetweenTrials()
         if budget is not None:  # an interrupt held while it waits for other workers
             budget.interrupted = self.between_trials.raise_pending
+            budget.nothing_to_propose = lambda: tuner.nothing_to_propose(study)
         tuner.rebuild(study, lambda params: config_key(self._config(params)))
 
     def _baseline_seen(self) -> bool:

@@ -67,6 +67,12 @@ class GuidedSampler(BaseSampler):
                 break
         return {} if pick is None else dict(self.guide.candidates[pick].params)
 
+    def exhausted(self) -> bool:
+        """Nothing left to propose but the random fallback: every lattice config is
+        measured, being measured, ruled out or predicted not to start."""
+        tried = self.guide.ruled_out(set(self.index.by_key) | self.index.pending)
+        return not (self.guide.unpredicted & ~tried).any() and self._pick() is None
+
     def _pick(self) -> int | None:
         """The best optimistic estimate not tried, else the nearest to feasible."""
         mean, spread = self.estimates()

@@ -332,7 +332,19 @@ class Tuner:
             return None
         return Role(dict(leader.params), confirms=leader.first_trial)
 
-    def _in_tail(self, study: optuna.Study) -> bool:
+    def nothing_to_propose(self, study: optuna.Study) -> bool:
+        """Whether the guided sampler has nothing left to propose outside the tail: the
+        next trial is its random fallback's draw, most often answered without a launch (a
+        duplicate, a predicted OOM). The budget then waits for other workers' trials
+        rather than spend a slot while they measure (``study/budget.py``)."""
+        if self.sampler is None or self.closing:
+            return False
+        self.sync(study)
+        return not self._in_tail(study, asking=False) and self.sampler.exhausted()
+
+    def _in_tail(self, study: optuna.Study, *, asking: bool = True) -> bool:
+        """Whether the budget left is the re-measurements' (``asking``: from a trial that
+        is running itself, else before one is created)."""
         if self.closing:
             return True
         if self.n_trials is None or self.confirm_slots == 0:
@@ -340,7 +352,7 @@ class Tuner:
         done_states = (TrialState.COMPLETE, TrialState.PRUNED)  # what --trials counts
         trials = study.get_trials(deepcopy=False, states=(*done_states, TrialState.RUNNING))
         complete = sum(t.state in done_states for t in trials)
-        others_running = max(0, len(trials) - complete - 1)
+        others_running = max(0, len(trials) - complete - (1 if asking else 0))
         return self.n_trials - complete - others_running <= self.confirm_slots
 
     def _confirmation(self, ahead: int = 0) -> Role | None:

@@ -87,8 +87,8 @@ def test_three_workers_run_every_trial_once_and_never_one_config_twice_at_once(
     # exactly 9, never one more per worker that asked just before another's finished.
     assert len(trials) == 9
     search = [t for t in trials if "confirms" not in t.user_attrs]
-    groups = {t.user_attrs["worker"].split(" gpus ")[1] for t in search}
-    assert groups == {"0", "1", "2"}
+    groups = {t.user_attrs["worker"].split(" gpus ")[1] for t in trials}
+    assert groups <= {"0", "1", "2"}  # not each: one worker can launch all there is (below)
     launched = [t for t in search if t.user_attrs.get("argv")]
     for index, first in enumerate(launched):
         for second in launched[index + 1 :]:
@@ -96,12 +96,21 @@ def test_three_workers_run_every_trial_once_and_never_one_config_twice_at_once(
                 assert first.user_attrs["argv"] != second.user_attrs["argv"]
                 port = first.user_attrs["argv"].index("--port") + 1
                 assert first.user_attrs["argv"][port] != second.user_attrs["argv"][port]
-    # Re-measurements stay in the budget's tail (2 slots). Not asserted: that the tail
-    # re-measures at all. In this 4-config space a worker can spend the whole budget on
-    # instant duplicates of the two predicted-OOM configs while the only two launches
-    # still run, so that the tail has nothing measured to re-measure (seen 1 run in 8).
+    # Of this space's 4 configs, the guided sampler launches the baseline alone: two are
+    # predicted to OOM, one to behave like the baseline. No trial answered without a launch
+    # (a duplicate, a predicted OOM) starts while a launch runs: the other workers wait.
+    # Before: they answered trials while the launch ran and could spend the budget so that
+    # the tail had nothing measured to re-measure (seen 1 run in 8).
+    answered = [t for t in trials if not t.user_attrs.get("argv")]
+    assert answered
+    for instant in answered:
+        for launch in (t for t in trials if t.user_attrs.get("argv")):
+            during = launch.datetime_start < instant.datetime_start < launch.datetime_complete
+            assert not during, (instant.number, launch.number)
+    assert "nothing left that the guided sampler proposes" in result.stdout
+    # Re-measurements stay in the budget's tail (2 slots), and there is one at least.
     confirming = [t for t in trials if "confirms" in t.user_attrs]
-    assert len(confirming) <= 2
+    assert 1 <= len(confirming) <= 2
     assert "winner" in study.user_attrs
     assert not processes_in(tmp_path)
 

@@ -29,8 +29,8 @@ def test_plan_lists_tp2_candidates_beside_tp1(tmp_path: Path) -> None:
     assert made.returncode == 0, made.stderr
     done = autotune(
         "plan", str(workload), "--model", "qwen3-32b-awq", "--gpu", "h100-80g",
-        "--tp", "1", "--tp", "2", "--sessions", "4", "--slo", "ttft_p95<=5s",
-        "--out", str(tmp_path / "out"),
+        "--tp", "1", "--tp", "2", "--sessions", "3", "--slo", "ttft_p95<=5s",
+        "--out", str(tmp_path / "out"), "--price", "h100=1.25",
         "--storage", str(tmp_path / "studies" / "autotune.db"),
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
@@ -42,6 +42,8 @@ def test_plan_lists_tp2_candidates_beside_tp1(tmp_path: Path) -> None:
     assert set(rows) == {1, 2}
     one, two = rows[1], rows[2]
     assert two["replicas"] is not None and two["gpus"] == 2 * two["replicas"]
+    # --price h100=1.25 names the h100-80g inexactly, yet over the catalog's exact 2.50
+    assert one["usd_per_gpu_hour"] == two["usd_per_gpu_hour"] == 1.25
     assert two["usd_per_hour"] == pytest.approx(two["gpus"] * two["usd_per_gpu_hour"])
     argv = two["argv"]
     assert argv[argv.index("--tensor-parallel-size") + 1] == "2"

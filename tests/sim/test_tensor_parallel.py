@@ -46,6 +46,14 @@ def test_tp_must_divide_the_attention_heads() -> None:
         _memory("qwen3-32b-awq", 3)
 
 
+def test_tp_must_divide_the_kv_heads_or_be_a_multiple_of_them() -> None:
+    """vLLM's QKVParallelLinear splits or replicates the KV heads; Qwen3.6's 4 with TP 3
+    (24 attention heads: divisible) it can do neither. Before: the simulator started it."""
+    with pytest.raises(InputError, match="4 KV heads"):
+        _memory("qwen3.6-27b-awq", 3)
+    assert _memory("qwen3.6-27b-awq", 8).fits  # 8 = 2 x 4: each KV head on two ranks
+
+
 def _decode_step_s(model: str, tp: int, hardware: str, num_seqs: int) -> float:
     memory = _memory(model, tp, hardware)
     timing = RooflineTimeModel(get_gpu(hardware), get_model(model), memory, enforce_eager=False)

@@ -194,6 +194,9 @@ def _validate(config: SimConfig, model: ModelSpec, max_model_len: int) -> None:
             f"Total number of attention heads ({model.num_attention_heads}) must be divisible "
             f"by tensor parallel size ({tp})."
         )
+    refusal = model.tensor_parallel_refusal(tp)  # the KV and Gated DeltaNet heads
+    if refusal is not None:
+        raise InputError(refusal)
     if not 0 < config.gpu_memory_utilization <= 1:
         raise InputError(
             "gpu_memory_utilization must be in (0, 1], but got "
