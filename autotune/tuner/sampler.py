@@ -49,7 +49,6 @@ class GuidedSampler(BaseSampler):
         self.maximize = maximize
         self.learn = learn
         self._fallback = RandomSampler(seed=seed)
-        self._rng = np.random.default_rng(seed)
 
     def infer_relative_search_space(
         self, study: optuna.Study, trial: FrozenTrial
@@ -70,8 +69,7 @@ class GuidedSampler(BaseSampler):
     def exhausted(self) -> bool:
         """Nothing left to propose but the random fallback: every lattice config is
         measured, being measured, ruled out or predicted not to start."""
-        tried = self.guide.ruled_out(set(self.index.by_key) | self.index.pending)
-        return not (self.guide.unpredicted & ~tried).any() and self._pick() is None
+        return self._pick() is None
 
     def _pick(self) -> int | None:
         """The best optimistic estimate not tried, else the nearest to feasible."""
