@@ -80,6 +80,17 @@ def lmcache_mtp_batched_tokens(
     return {}
 
 
+def _lmcache_with_mtp(params: dict[str, Any]) -> bool:
+    return mtp_k(DeriveContext(params)) > 0 and bool(params.get("lmcache"))
+
+
+# The derivations that read the attention block size, with when they do: a config none
+# of them reads it for is the same whatever the block size (``derive_config`` skips
+# deriving it again with the memory model's).
+READS_BLOCK_SIZE: dict[str, Callable[[dict[str, Any]], bool]] = {
+    "lmcache_mtp_batched_tokens": _lmcache_with_mtp,
+}
+
 DERIVATIONS: dict[str, Derivation] = {
     "speculative_config": speculative_config,
     "cudagraph_capture_sizes": cudagraph_capture_sizes,

@@ -43,7 +43,7 @@ from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from autotune.config.derive import DERIVATIONS, DeriveContext
+from autotune.config.derive import DERIVATIONS, READS_BLOCK_SIZE, DeriveContext
 from autotune.config.known_flags import KnownFlags
 from autotune.config.trial_config import FlagValue, TrialConfig
 from autotune.errors import SpaceError
@@ -250,6 +250,12 @@ class SearchSpace(BaseModel):
             if gate.flag and gate.flag in flags and not _version_ok(gate.versions, engine_version):
                 del flags[gate.flag]
         return TrialConfig(model=model, flags=flags)
+
+    def reads_block_size(self, params: dict[str, Any]) -> bool:
+        """Whether the derived flags of ``params`` depend on the attention block size."""
+        return any(
+            READS_BLOCK_SIZE[rule](params) for rule in self.derived if rule in READS_BLOCK_SIZE
+        )
 
     def digest(self) -> str:
         """A content hash: a study refuses to resume with another space. The ``tuner``

@@ -85,7 +85,7 @@ def derive_config(
     )
     estimate = prescreen(config) if prescreen is not None else None
     modelled = estimate.report.get("attention_block_size") if estimate else None
-    if modelled and modelled != reported_block_size:
+    if modelled and modelled != reported_block_size and space.reads_block_size(params):
         config = space.to_config(
             params, model=model, engine_version=engine_version, attention_block_size=modelled
         )
