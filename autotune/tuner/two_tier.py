@@ -180,17 +180,16 @@ class _Judge:
         cache: MutableMapping[str, Score | None],
         deadline: float | None,
     ) -> None:
-        self.oracle, self.candidates, self.cache, self.deadline = (
-            oracle,
-            candidates,
-            cache,
-            deadline,
-        )
-        self.judged = {i for i, c in enumerate(candidates) if c.key in cache}
+        self.oracle, self.candidates = oracle, candidates
+        self.cache, self.deadline = cache, deadline
+        # The configs judged on this path (the cache may hold more: the path is the same
+        # whatever it holds, so a second run replays nothing the first did not).
+        self.judged: set[int] = set()
         self.replayed = self.stopped = 0
 
     def judge(self, indices: Iterable[int]) -> None:
-        wanted = [i for i in indices if i not in self.judged]
+        indices = list(indices)
+        wanted = [i for i in indices if self.candidates[i].key not in self.cache]
         found = predict_iter(
             self.oracle, [self.candidates[i].config for i in wanted], deadline=self.deadline
         )
@@ -198,10 +197,10 @@ class _Judge:
         try:
             for index, scored in zip(wanted, found, strict=False):
                 self.cache[self.candidates[index].key] = scored
-                self.judged.add(index)
                 done += 1
         finally:
             found.close()
+        self.judged.update(i for i in indices if self.candidates[i].key in self.cache)
         self.replayed += done
         self.stopped += len(wanted) - done
 

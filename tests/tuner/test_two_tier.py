@@ -120,6 +120,10 @@ def test_the_climb_reaches_the_replays_best_from_a_short_list_of_one(monkeypatch
     assert tiers.replayed == len(cache) < len(found)
     found_best = max(value(cache[c.key]) for c in found if c.key in cache)
     assert found_best >= 0.995 * best  # the goal: within 0.5% of the whole lattice's
+    # A second run (a resume, another study on the disk cache) takes the same path: it
+    # replays nothing, where it once climbed on from what the first had cached.
+    again = predict_two_tier(sim, found, cache, maximize=True)
+    assert again.replayed == 0 and again.climbed == tiers.climbed
 
 
 def test_the_guide_replays_the_short_list_and_the_climb_then_what_it_seeds(monkeypatch) -> None:
