@@ -13,10 +13,13 @@ the study's limits chosen. Nothing is launched.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from autotune.catalog.models import get_model
 from autotune.config.space import FloatParam, SearchSpace, load_space
@@ -30,12 +33,15 @@ from autotune.sim.virtual.predict import Prediction
 from autotune.trial.objective import Goal, ObjectiveName, parse_slos
 from autotune.trial.preflight import MAX_MODEL_LEN_FLAG, Target, preflight
 from autotune.trial.prescreen import make_prescreen
-from autotune.tuner.guide import build_guide
+from autotune.tuner.guide import Guide, build_guide
 from autotune.tuner.kv_bounds import KV_FLAG, largest_kv_pool_bytes, shaped
+from autotune.tuner.lattice import lattice_neighbours
 from autotune.tuner.prediction_cache import CachedPredictions
 from autotune.tuner.predictor import SimOracle
 from autotune.workload.plan import WorkloadPlan
 
+NEAR = 0.02  # ``TunedForGpu.near``: within this share of the best config's value
+MOST_NEAR = 8  # ... at most this many
 WARM_START_BUDGET_S = 300.0  # as `autotune run`'s --warm-start-budget default
 
 
@@ -54,6 +60,10 @@ class TunedForGpu:
     configs: int  # effective configs of the lattice that the memory model lets start
     predicted_feasible: int
     kv_range_gib: tuple[float, float] | None  # the scaled KV range searched
+    # Replayed configs that also meet the limits within ``NEAR`` of ``config``'s value, best
+    # first: a plan sizes them too (the fastest at a replica's share is not always the one
+    # that meets the limits with the fewest replicas).
+    near: tuple[TrialConfig, ...] = ()
 
 
 def study_space(loaded: LoadedStudy) -> SearchSpace:
@@ -173,6 +183,28 @@ def tune_for_gpu(
     )
 
 
+def _near(guide: Guide, best: int) -> list[int]:
+    """The replayed configs predicted to meet every limit within ``NEAR`` of ``best``'s
+    value, best first, one per distinct prediction, at most ``MOST_NEAR`` (none predicted
+    as ``best`` is); ``best``'s
+    lattice neighbours are replayed first (one step along a knob: most often the config
+    that holds a limit a replica's share puts it near)."""
+    assert guide.screened is not None
+    guide.settle(lattice_neighbours([c.params for c in guide.candidates])[best])
+    value = guide.utility[best]
+    if not np.isfinite(value):
+        return []
+    within = np.flatnonzero((guide.utility >= value + math.log(1 - NEAR)) & ~guide.screened)
+    picked: list[int] = []
+    seen = {round(float(value), 9)}  # an equal prediction is the same answer
+    for index in within[np.argsort(-guide.utility[within], kind="stable")]:
+        alike = round(float(guide.utility[index]), 9)
+        if alike not in seen and len(picked) < MOST_NEAR:
+            seen.add(alike)
+            picked.append(int(index))
+    return picked
+
+
 def tune_space(
     space: SearchSpace,
     *,
@@ -187,12 +219,14 @@ def tune_space(
     calibration: CalibrationProfile | None = None,
     cache_path: Path | None = None,
     say: Callable[[str], None] | None = None,
+    shortlist: int | None = None,
 ) -> TunedForGpu:
     """``space`` tuned for catalog GPU ``gpu`` on the simulator: its KV range scaled to the
     card, its whole lattice screened over ``plan`` at ``load`` and the best replayed
     (``tuner/two_tier.py``), the best predicted config that meets ``goal`` (else the
-    nearest).
-    ``cache_path``: the disk prediction cache to read and fill (``tuner/prediction_cache.py``)."""
+    nearest), and the configs near it (``TunedForGpu.near``).
+    ``cache_path``: the disk prediction cache to read and fill (``tuner/prediction_cache.py``);
+    ``shortlist``: the two tiers' short list in distinct predictions (None: 2% of the lattice)."""
     if MAX_MODEL_LEN_FLAG not in space.fixed:  # the study did not say: size it as run does
         sized = _sized_max_model_len(space, plan, gpu=gpu, sim_model=sim_model, goal=goal)
         space = _fixed(space, MAX_MODEL_LEN_FLAG, sized)
@@ -217,6 +251,7 @@ def tune_space(
             maximize=maximize,
             cache=cache,
             budget_s=WARM_START_BUDGET_S,
+            shortlist=shortlist,
             say=say,
         )
         picked = guide.diverse_top(1)  # replayed, where the screen alone scored it
@@ -242,4 +277,5 @@ def tune_space(
         configs=len(guide.candidates),
         predicted_feasible=guide.predicted,
         kv_range_gib=_kv_range(space),
+        near=tuple(guide.candidates[i].config for i in _near(guide, index)),
     )
