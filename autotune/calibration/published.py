@@ -45,7 +45,7 @@ class PublishedBenchmark(BaseModel):
     range_ratio: float | None = Field(default=None, ge=0, lt=1)
     num_prompts: int | None = Field(default=None, ge=1)
     max_concurrency: int | None = Field(default=None, ge=1)
-    request_rate: float  # requests/s; inf: all at once
+    request_rate: float = math.inf  # requests/s; inf (or not stated): all at once
     burstiness: float | None = Field(default=None, gt=0)
     ignore_eos: bool | None = None
     seed: int | None = None
@@ -85,9 +85,9 @@ class PublishedPoint(BaseModel):
     source_locator: str | None = None  # where to find a source without a stable URL
     vllm_version: str | None = None
     gpu: str  # a catalog name
-    tensor_parallel: int = Field(ge=1)
+    tensor_parallel: int = Field(default=1, ge=1)
     model: str  # Hugging Face id
-    precision: str
+    precision: str = ""
     kv_cache_dtype: str | None = None
     server_flags: dict[str, object] | None = None
     benchmark: PublishedBenchmark

@@ -9,8 +9,9 @@ What a source does not state is filled in the same way for every point:
 - ``--max-model-len``: the server's, else the model's own if its KV pool holds one
   request that long, else the longest of 32K, 16K, 8K and 4K that it holds (vLLM refuses
   to start otherwise, so the source must have set one);
-- lengths: a random or synthetic dataset draws vLLM's random lengths; ShareGPT (and
-  datasets that name only mean lengths) resample the 200 ShareGPT first turns of
+- lengths: a dataset with stated input and output lengths (random, synthetic, sonnet)
+  draws vLLM's random lengths; ShareGPT (and datasets that name only mean lengths)
+  resample the 200 ShareGPT first turns of
   ``data/sharegpt_lengths.json``, scaled so their means are the run's measured means; every
   output is forced to its length (a run without ``--ignore-eos`` reports its mean output,
   which the plan then matches).
@@ -78,7 +79,6 @@ CATALOG_MODEL = {
     "mistralai/Mistral-7B-Instruct-v0.3": "mistral-7b",
 }
 MAX_MODEL_LEN_FALLBACKS = (32768, 16384, 8192, 4096)
-RANDOM_DATASETS = ("random", "synthetic")
 SHAREGPT_SAMPLE_SEED = 0
 FLAG_FIELDS = {  # server_flags keys the simulator models -> SimConfig fields
     "max_model_len": "max_model_len",
@@ -196,12 +196,16 @@ def _sampled_plan(point: PublishedPoint, count: int, arrivals_s: list[float]) ->
     return expand(Workload(header, {}, requests), name=header.name)
 
 
-def point_plan(point: PublishedPoint) -> WorkloadPlan:
-    """The requests of ``point``'s benchmark, with their arrivals."""
+def point_plan(point: PublishedPoint, max_open_loop: int | None = None) -> WorkloadPlan:
+    """The requests of ``point``'s benchmark, with their arrivals (``max_open_loop``: at
+    most this many at a set request rate, where the figures are the steady state's; a
+    burst's figures depend on its size, so it is never cut)."""
     bench = point.benchmark
     count = bench.num_prompts or _count_from_duration(point)
+    if max_open_loop is not None and not math.isinf(bench.request_rate):
+        count = min(count, max_open_loop)
     burstiness = bench.burstiness or 1.0
-    if bench.dataset in RANDOM_DATASETS and bench.input_len and bench.output_len:
+    if bench.dataset != "sharegpt" and bench.input_len and bench.output_len:
         output_len = bench.output_len
         if bench.mean_output_tokens_measured:  # stopped by EOS: the mean it reached
             output_len = max(1, round(bench.mean_output_tokens_measured))
@@ -242,11 +246,15 @@ def point_load(point: PublishedPoint, plan: WorkloadPlan) -> LoadSpec:
 
 
 def predict_point(
-    point: PublishedPoint, constants: SpeedConstants | None = None
+    point: PublishedPoint,
+    constants: SpeedConstants | None = None,
+    *,
+    max_open_loop: int | None = None,
 ) -> PredictedFigures:
-    """``point`` predicted in-process (``constants``: the catalog's when None)."""
+    """``point`` predicted in-process (``constants``: the catalog's when None;
+    ``max_open_loop``: see ``point_plan``)."""
     config = sim_config(point)
-    plan = point_plan(point)
+    plan = point_plan(point, max_open_loop)
     try:
         calibration = None if constants is None else CalibrationProfile(constants=constants)
         prediction = predict(config, plan, point_load(point, plan), calibration=calibration)
