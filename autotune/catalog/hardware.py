@@ -15,6 +15,7 @@ CATALOG_FILE = "gpus.yaml"
 SpecT = TypeVar("SpecT", bound=BaseModel)
 DEFAULT_MAX_CUDAGRAPH_CAPTURE_SIZE = 512  # vllm/config/vllm.py _set_cudagraph_sizes
 MAX_TENSOR_PARALLEL_SIZE = 8  # the GPUs of one node: the simulator models no multi-node TP
+DATASHEET_ONLY = "datasheet peaks, shared efficiencies"
 
 
 class GpuSpec(BaseModel):
@@ -36,6 +37,11 @@ class GpuSpec(BaseModel):
     interconnect_bytes_s: float  # GPU to GPU, a direction (tensor-parallel all-reduces)
     interconnect_latency_s: float  # one small all-reduce
     non_torch_bytes: int
+    # Where the speed model's figures for this GPU come from, in words (printed beside it by
+    # `compare --what-if` and `plan`), and the SpeedConstants fields it sets apart from the
+    # shared defaults (sim/model/speed_constants.py), e.g. fitted to published runs.
+    speed_source: str = DATASHEET_ONLY
+    speed: dict[str, float] = {}
 
 
 def load_catalog(file_name: str, spec_type: type[SpecT]) -> dict[str, SpecT]:

@@ -55,6 +55,9 @@ COMMANDS = {
         "results",
         "Open the studies in optuna-dashboard (server logs and request CSVs as artifacts).",
     ),
+    "bench": LazyCommand(
+        "bench", "Run a `vllm bench serve` command line on a server or the simulator."
+    ),
     "replay": LazyCommand(
         "replay", "Replay a workload against a running OpenAI/Anthropic-compatible server."
     ),
@@ -72,7 +75,7 @@ COMMANDS = {
     "sim": LazyCommand("sim", "The built-in vLLM simulator."),
     "workload": LazyCommand("workload", "Workload files: import, inspect, cut, generate."),
 }
-GROUPS = ("sim", "workload")  # modules with an `app` of their own, added as a group
+GROUPS = ("bench", "sim", "workload")  # modules with an `app` of their own, added as a group
 
 
 class LazyCommands(TyperGroup):

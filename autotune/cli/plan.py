@@ -12,6 +12,7 @@ import typer
 from autotune.catalog.hardware import get_gpu
 from autotune.catalog.models import get_model
 from autotune.catalog.prices import default_prices, parse_prices, price_for
+from autotune.catalog.provenance import provenance_line
 from autotune.cli._common import StorageOption, console, handle_errors
 from autotune.config.known_flags import VLLM_FLAGS_VERSION
 from autotune.config.space import default_space_path, load_space
@@ -245,6 +246,7 @@ def plan(
     ]
     if profile is not None:
         notes.append(calibration_note(profile))
+    notes += [provenance_line(name) for name in gpus]  # each GPU's speed, held to published runs
     out_console.print(plan_table(ranked, title))
     for note in [*plan_lines(ranked), *notes]:
         say(note)

@@ -11,6 +11,7 @@ import optuna
 import typer
 
 from autotune.catalog.prices import parse_prices
+from autotune.catalog.provenance import provenance_line
 from autotune.cli._common import (
     StorageOption,
     StudyOption,
@@ -136,6 +137,8 @@ def compare(
             calibration=profile,
             say=lambda line: out.print(line, highlight=False, markup=False, soft_wrap=True),
         )
+        for gpu in what_if:  # how far each what-if GPU's speed was held to published runs
+            out.print(provenance_line(gpu), highlight=False, markup=False, soft_wrap=True)
     console().print(compare_mod.comparison_table(rows))
 
 

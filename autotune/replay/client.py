@@ -378,5 +378,5 @@ async def fetch_model_name(client: httpx.AsyncClient, *, api_key: str | None = N
         ) from exc
     except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
         raise ReplayError(
-            f"cannot read the model name from {client.base_url}v1/models: {exc}"
+            f"cannot read the model name from {str(client.base_url).rstrip('/')}/v1/models: {exc}"
         ) from exc

@@ -19,7 +19,9 @@ class LoadSpec(BaseModel):
     - ``sessions``: each session's requests in order, each sent ``gap_s`` after
       its ``after`` dependencies finish; ``concurrency`` sessions at once;
       subagent threads run beside their parent.
-    - ``trace``: open loop, each request sent at its recorded ``arrival_s``.
+    - ``trace``: open loop, each request sent at its recorded ``arrival_s``; with
+      ``max_in_flight``, an arrival that finds that many requests in flight waits for
+      one to end (``vllm bench serve --request-rate R --max-concurrency N``).
 
     Recorded gaps and timestamps are divided by ``timing_scale`` (2.0 = twice
     as fast as recorded) and gaps are capped at ``max_gap_s``. All durations
@@ -34,6 +36,7 @@ class LoadSpec(BaseModel):
     max_gap_s: float | None = Field(default=60.0, ge=0)
     duration_s: float | None = Field(default=None, gt=0)  # stop sending after this
     max_requests: int | None = Field(default=None, ge=1)  # stop sending after this many
+    max_in_flight: int | None = Field(default=None, ge=1)  # trace: cap on requests in flight
     recycle_sessions: bool = False  # sessions: start again with fresh salts to fill duration
     warmup_requests: int = Field(default=0, ge=0)  # first N completions excluded from stats
     saturation_stop: bool = True  # stop early when the waiting queue grows without bound

@@ -21,7 +21,9 @@ at. A driver's loop:
 
 Modes (see ``LoadSpec``): ``concurrency`` and ``sessions`` run ``concurrency``
 slots, each taking the next request (or session) when its last one ends;
-``trace`` schedules every request at its scaled arrival up front. With
+``trace`` schedules every request at its scaled arrival up front, or, with
+``max_in_flight``, that many at first and each later one when a request ends (at its
+arrival or then, whichever is later: a semaphore in front of an open loop). With
 ``recycle_sessions`` and a budget, the plan starts again with a fresh cache
 salt each round. Warm-up: the first ``warmup_requests`` completions are out
 of the window, which runs from the last of them (or the start) to the last
@@ -115,6 +117,7 @@ class LoadPolicy:
         self._reported_step = 0
         self._waiting: list[int] = []
         self._backlog: list[int] = []
+        self._arrivals: Iterator[tuple[float, PlannedRequest]] = iter(())
         if load.mode == "trace":
             self._schedule_trace()
             return
@@ -187,6 +190,8 @@ class LoadPolicy:
         """``send``'s request ended at ``end_s`` (done, failed, abandoned or skipped)."""
         if self.load.mode == "concurrency":
             self._next_unit(end_s)
+        elif self.load.mode == "trace":
+            self._next_arrival(end_s)
         elif send.session is not None:
             run = send.session
             for child in run.dependents.get(send.request.id, ()):
@@ -254,14 +259,26 @@ class LoadPolicy:
         self._push(Send(request, at_s, run.salt, request.id + run.suffix, run))
 
     def _schedule_trace(self) -> None:
-        """Open loop: each request at its recorded arrival, scaled, gaps capped."""
+        """Open loop: each request at its recorded arrival, scaled, gaps capped; with
+        ``max_in_flight``, only the first that many now (the rest as requests end)."""
         ordered = sorted(self.plan.requests, key=lambda request: request.arrival_s)
+        arrivals: list[tuple[float, PlannedRequest]] = []
         at_s = 0.0
         previous_s = ordered[0].arrival_s if ordered else 0.0
         for request in ordered:
             at_s += self.wait_s(request.arrival_s - previous_s)
             previous_s = request.arrival_s
-            self._push(Send(request, at_s, None, request.id))
+            arrivals.append((at_s, request))
+        self._arrivals = iter(arrivals)
+        for _ in range(self.load.max_in_flight or len(arrivals)):
+            self._next_arrival(0.0)
+
+    def _next_arrival(self, now_s: float) -> None:
+        """A free slot (trace): the next arrival goes at its time, or now if it is past."""
+        item = next(self._arrivals, None)
+        if item is not None:
+            at_s, request = item
+            self._push(Send(request, max(at_s, now_s), None, request.id))
 
     # --------------------------------------------------------- measurement
     def completed(self, end_s: float, output_tokens: int = 0) -> bool:

@@ -108,3 +108,9 @@ def test_the_planned_fleet_meets_the_slo_and_one_replica_fewer_does_not(
     assert fleet.failed == 0 and fleet.completed == len(plan.requests)
     assert fleet.ttft.p95 is not None and fleet.ttft.p95 <= SLO_TTFT_P95_S
     assert fewer.ttft.p95 is not None and fewer.ttft.p95 > SLO_TTFT_P95_S
+
+
+def test_the_plan_says_how_far_each_gpus_speed_was_checked(planned: tuple[Path, dict]) -> None:
+    workload, _ = planned
+    html = (workload.parent / "out" / "plan.html").read_text()
+    assert f"{GPU}: no published run checked; constants: " in html

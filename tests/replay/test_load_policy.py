@@ -211,3 +211,20 @@ def test_progress_reports_the_window_throughput_once_per_step_crossed() -> None:
             assert progress.at_s == now_s
     # 8 window requests of 12.5% each; the last step (100%) is the trial's final value.
     assert [report.step for report in reports] == [10, 25, 35, 50, 60, 75, 85]
+
+
+def test_trace_with_max_in_flight_holds_an_arrival_until_a_request_ends() -> None:
+    # Arrivals every 0.25 s, each request takes 1 s, at most 2 in flight: vllm bench serve's
+    # --request-rate 4 --max-concurrency 2 (a semaphore in front of the open loop).
+    plan = make_plan(sessions=6, arrival_step_s=0.25)
+    sent = _drive(LoadPolicy(plan, LoadSpec(mode="trace", max_in_flight=2)))
+    assert [(rid, t) for rid, t, _ in sent] == [
+        ("s0-t0", 0.0), ("s1-t0", 0.25), ("s2-t0", 1.0), ("s3-t0", 1.25), ("s4-t0", 2.0),
+        ("s5-t0", 2.25),
+    ]  # fmt: skip
+    # A slot that frees before the next arrival waits for it: the open loop's own time.
+    sparse = make_plan(sessions=3, arrival_step_s=5.0)
+    sent = _drive(LoadPolicy(sparse, LoadSpec(mode="trace", max_in_flight=1)))
+    assert [t for _, t, _ in sent] == [0.0, 5.0, 10.0]
+    uncapped = _drive(LoadPolicy(plan, LoadSpec(mode="trace")))
+    assert [t for _, t, _ in uncapped] == [0.0, 0.25, 0.5, 0.75, 1.0, 1.25]

@@ -95,3 +95,17 @@ def test_show_into_a_file_keeps_every_cell_whole(study_url: str, tmp_path: Path)
     text = out.read_text()
     assert "…" not in text, text
     assert max(len(line) for line in text.splitlines()) > 80, text
+
+
+def test_compare_what_if_prints_each_gpus_published_fidelity(storage_url: str) -> None:
+    from tests.results.conftest import on_the_catalog_gpu
+
+    build_study(storage_url, "a", points=[Point(6.0, "auto", 8, 0, baseline=True)])
+    on_the_catalog_gpu(storage_url, "a")
+    result = runner.invoke(
+        app,
+        ["compare", "a", "--storage", storage_url, "--what-if", "rtx4080s-32g"],
+        env={"COLUMNS": "250"},
+    )
+    assert result.exit_code == 0, result.output
+    assert "rtx4080s-32g: no published run checked; constants: " in result.stdout

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError
 
 from autotune.errors import InputError
 from autotune.sim.model.config import SimConfig
-from autotune.sim.model.speed_constants import DEFAULT_CONSTANTS, SpeedConstants
+from autotune.sim.model.speed_constants import DEFAULT_CONSTANTS, SpeedConstants, gpu_constants
 
 PROFILE_VERSION = 1
 
@@ -172,8 +172,9 @@ def load_profile(path: Path) -> CalibrationProfile:
 def profile_constants(
     calibration: CalibrationProfile | None, config: SimConfig
 ) -> tuple[SpeedConstants, float | None]:
-    """The constants and expected error to predict ``config`` with (defaults: none given)."""
+    """The constants and expected error to predict ``config`` with (none given: the
+    catalog's for its GPU)."""
     if calibration is None:
-        return DEFAULT_CONSTANTS, None
+        return gpu_constants(config.hardware), None
     calibration.check_applies(config)
     return calibration.constants, calibration.expected_error

@@ -42,7 +42,7 @@ from autotune.sim.model.kv_cache import (
     SimRequest,
 )
 from autotune.sim.model.memory import MemoryReport, plan_memory, torch_oom_text
-from autotune.sim.model.speed_constants import DEFAULT_CONSTANTS, SpeedConstants
+from autotune.sim.model.speed_constants import SpeedConstants, gpu_constants
 from autotune.sim.model.step_results import DecodeRun, EngineCounters, StepResult, TokenOutput
 from autotune.sim.model.timing import (
     DecodeSteps,
@@ -90,9 +90,10 @@ class SimEngineCore:
         noise: float = 0.0,
         mtp_acceptance: Sequence[float] | None = None,
         time_model: StepTimeModel | None = None,
-        constants: SpeedConstants = DEFAULT_CONSTANTS,
+        constants: SpeedConstants | None = None,  # None: the catalog's for the config's GPU
     ) -> None:
         self.config = config
+        constants = gpu_constants(config.hardware) if constants is None else constants
         self.constants = constants
         self.memory: MemoryReport = plan_memory(config)
         self.clock_s = 0.0

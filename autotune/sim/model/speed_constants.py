@@ -4,12 +4,17 @@ Every constant the roofline (timing.py) and the scheduler's draft-acceptance
 draw (engine.py) use lives here, with its default and source, so a
 calibration profile (calibration.py) or a perturbed "truth" model can replace
 them without touching module globals. ``DEFAULT_CONSTANTS`` is the model as
-shipped; ``BOUNDS`` are the physically sensible ranges a fit may move each one.
+shipped, ``gpu_constants`` the same with a catalog GPU's own settings; ``BOUNDS``
+are the physically sensible ranges a fit may move each one.
 """
 
 from __future__ import annotations
 
+import functools
+
 from pydantic import BaseModel, ConfigDict, Field
+
+from autotune.catalog.hardware import get_gpu
 
 
 class SpeedConstants(BaseModel):
@@ -58,6 +63,18 @@ class SpeedConstants(BaseModel):
 
 
 DEFAULT_CONSTANTS = SpeedConstants()
+
+
+@functools.cache
+def gpu_constants(hardware: str) -> SpeedConstants:
+    """The constants a prediction on catalog GPU ``hardware`` starts from: the defaults,
+    with what the GPU catalog sets apart for it (gpus.yaml ``speed:``, e.g. fitted to
+    published runs; most GPUs set nothing)."""
+    overrides = get_gpu(hardware).speed
+    if not overrides:
+        return DEFAULT_CONSTANTS
+    return SpeedConstants(**{**DEFAULT_CONSTANTS.model_dump(), **overrides})
+
 
 # What a fit may do to each scalar constant: (low, high). Efficiencies stay
 # below 1 and above what a badly tuned kernel reaches; fixed costs stay between
