@@ -34,7 +34,7 @@ def test_each_gpu_says_where_its_speed_comes_from_and_how_it_fared() -> None:
     checked = next(iter(summary))
     row = summary[checked]
     line = provenance_line(checked)
-    error = row['throughput_median_error']
+    error = row["throughput_median_error"]
     assert line.startswith(f"{checked}: median error {error:.0%} throughput")
     assert f"on {row['points']} published run" in line and "; constants: " in line
     assert provenance_line("rtx4080s-32g").startswith(
