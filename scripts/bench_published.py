@@ -138,7 +138,7 @@ def print_summaries(title: str, summaries: dict[str, Summary], overall: Summary)
 
 
 def print_goals(overall: Summary, burst: Summary, pair_results: Sequence[PairResult]) -> None:
-    print("\n## Goals (uncalibrated)\n")
+    print("\n## Goals (at the catalog's constants)\n")
     print(
         f"(at a set request rate, throughput is the offered rate whatever the GPU: over the "
         f"{burst.points} runs that send everything at once, throughput's median error is "
