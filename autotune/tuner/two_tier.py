@@ -8,11 +8,17 @@ cache has no replay of, then the replay judges, into the cache:
   counted in distinct predictions (configs the screen predicts exactly alike, a KV pool
   that never fills at every size, count once: their replays are mostly one, shared), at
   least ``SHORTLIST_MIN``;
+- the memory edges (``lattice``: the largest prefill chunk that fits beside a row's
+  lattice points): where memory is tight the screen is blind (it models neither
+  preemption nor prefix-cache thrash in a pool that holds fewer contexts than the load),
+  and there a chunk past a lattice point can cross into another regime (a 24 GB card with
+  8 Claude Code sessions: 2.5 GiB of fp8 KV with MTP 2 and max-num-seqs 2 screened at 20
+  tok/s, replayed at 39.7 from 1,632 batched tokens on);
 - the climb: the lattice neighbours (one step along one knob) of the replay's best
   ``CLIMB_STARTS`` configs, again while the best ones change, at most as many configs
-  as the short list took (``CLIMB_MIN`` at least). The screen's error is a ranking error near the top (configs a
-  percent apart); the climb settles it by replay where the screen put its winner one
-  step off.
+  as the short list took (``CLIMB_MIN`` at least). The screen's error is a ranking error
+  near the top (configs a percent apart); the climb settles it by replay where the
+  screen put its winner one step off.
 
 A config only screened keeps the screen's score, marked as such: the guide replays it
 before anything launches it or crowns a seed with it (``Guide.settle``). The screen is a
@@ -51,6 +57,7 @@ class TwoTier:
     stopped: int  # configs left to the screen by the safety stop
     shortlisted: int  # distinct screen predictions the short list took
     climbed: int  # configs the climb added
+    edges: int = 0  # memory edges judged beside the short list
 
 
 def shortlist_size(count: int) -> int:
@@ -131,6 +138,8 @@ def predict_two_tier(
     judging = _Judge(oracle, candidates, cache, deadline)
     listed = shortlist(screened_scores, maximize, size) if missing else []
     judging.judge(listed)
+    edges = [i for i, c in enumerate(candidates) if c.edge] if missing else []
+    judging.judge(edges)
     budget = max(len(listed), CLIMB_MIN)
     climbed = _climb(judging, candidates, maximize, budget=budget) if missing else 0
     scores: list[Score | None] = []
@@ -142,7 +151,9 @@ def predict_two_tier(
             scores.append(screened_scores[index])
             screened[index] = True
     distinct = len({_prediction(screened_scores[i]) for i in listed})
-    return TwoTier(scores, screened, judging.replayed, judging.stopped, distinct, climbed)
+    return TwoTier(
+        scores, screened, judging.replayed, judging.stopped, distinct, climbed, len(edges)
+    )
 
 
 def _climb(judging: _Judge, candidates: Sequence[Candidate], maximize: bool, budget: int) -> int:
