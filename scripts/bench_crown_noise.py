@@ -10,6 +10,11 @@ how often the best level (the crown before ties) is the better one, and the plai
 of the runs (the baseline; the ratio is the crown's against it). It bounds what any
 allocation of a study's re-measurements can reach where its top configs lie this close.
 
+A second table: one lucky run. The better config measured ``n`` times, then a config a
+gap below it launched once (the night's last launch, say); how often the crown still
+hands over the better one, and the plain means (the worse one's single run against the
+better one's mean).
+
     python scripts/bench_crown_noise.py [--duels 2000]
 """
 
@@ -55,6 +60,26 @@ def duel(gap: float, runs: int, seed: int) -> tuple[bool, bool, bool]:
     return crowned.key == better, by_level, by_mean
 
 
+def lucky(gap: float, runs: int, seed: int) -> tuple[bool, bool]:
+    """One night: the better config measured ``runs`` times, then one ``gap`` below it
+    measured once; whether the crown and the plain means pick the better one."""
+    names = ["better", "worse"]
+    random.Random(seed).shuffle(names)  # which one needs less: a coin toss
+    better, worse = names
+    index = MeasuredIndex()
+    values: dict[str, list[float]] = {better: [], worse: []}
+    for trial in range(runs + 1):
+        key = better if trial < runs else worse
+        share = 1.0 if key == better else 1.0 - gap
+        noise = noise_factor("lucky", seed, key, trial, figure="throughput", harsh=True)
+        value = 100.0 * share * noise * (1.0 - DRIFT_PER_LAUNCH * trial)
+        values[key].append(value)
+        index.add(key, params={}, trial=trial, values=[value], constraints={}, measured=True)
+    crowned = crown(index, maximize=True)
+    assert crowned is not None
+    return crowned.key == better, statistics.fmean(values[better]) > values[worse][0]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duels", type=int, default=2000, help="duels per row")
@@ -70,6 +95,13 @@ def main() -> None:
                 f"| {gap:.1%} | {runs} | {ours:.0%} | {level:.0%} | {plain:.0%} "
                 f"| {ours / plain:.2f} |"
             )
+    print("\n| gap | runs of the better | crown picks the better | plain means | ratio |")
+    print("| ---: | ---: | ---: | ---: | ---: |")
+    for gap in GAPS:
+        for runs in RUNS:
+            results = [lucky(gap, runs, seed) for seed in range(args.duels)]
+            ours, plain = (sum(column) / len(results) for column in zip(*results, strict=True))
+            print(f"| {gap:.1%} | {runs} | {ours:.0%} | {plain:.0%} | {ours / plain:.2f} |")
 
 
 if __name__ == "__main__":

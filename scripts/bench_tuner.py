@@ -102,7 +102,9 @@ from autotune.tuner.settings import TunerSettings
 from autotune.tuner.two_tier import predict_two_tier
 from autotune.vocabulary import Failure, FailureClass, Outcome, ServerStats
 from autotune.workload.gen import ChatParams, ClaudeCodeParams, chat, claudecode
+from autotune.workload.importers.dispatch import import_workload
 from autotune.workload.io import Workload, write_workload
+from autotune.workload.slice import slice_workload
 
 REPO = Path(__file__).resolve().parents[1]
 NOISE = 0.03  # run-to-run spread of every measured figure
@@ -212,6 +214,44 @@ class Landscape:
     adverse: bool = True  # also run the adverse truth
     slos: tuple[str, ...] = ()  # the harsh bench's --slo (the gentle one has none)
     structure: str | None = None  # a STRUCTURES entry: the truth differs in shape, not constants
+    shift: TruthShift | None = None  # its truth: the catalog's constants shifted so
+    chunk_sweep: bool = False  # score against the truth's best along the chunk too
+
+
+@dataclass(frozen=True)
+class TruthShift:
+    """A truth wrong in named directions only, in place of the landscape's seeded draw:
+    the catalog's speed constants with compute slower and MTP's drafts accepted more
+    often, and under the harsh bench every memory-model constant dearer by one factor."""
+
+    compute: float = 1.0  # factor on the compute efficiencies (below 1: slower compute)
+    acceptance: float = 1.0  # factor on each draft position's acceptance (capped at 0.98)
+    memory: float = 1.0  # factor on the memory model's activation, CUDA-graph, ... memory
+
+
+class MissingData(Exception):
+    """A landscape's real data is not on this machine (the bench skips that landscape)."""
+
+
+SHARED_DATA = Path(os.environ.get("AUTOTUNE_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+
+def shared_traces(name: str, *, sessions: int, max_context: int) -> Callable[[Path], Path]:
+    """The first ``sessions`` sessions of the real Claude Code traces (Weka format, in
+    $AUTOTUNE_SHARED_DATA or ../shared/data; never copied into the repo), requests over
+    ``max_context`` tokens dropped: ``autotune workload import`` and ``slice``."""
+
+    def write(directory: Path) -> Path:
+        source = SHARED_DATA / "claude-code-traces"
+        if not source.is_dir():
+            raise MissingData(f"real traces {source} absent (set AUTOTUNE_SHARED_DATA)")
+        workload, _ = import_workload("weka", source)
+        sliced, _ = slice_workload(workload, sessions=sessions, max_context=max_context)
+        path = directory / f"{name}.jsonl"
+        write_workload(path, sliced.records())
+        return path
+
+    return write
 
 
 def generated(name: str, make: Callable[[], Workload]) -> Callable[[Path], Path]:
@@ -328,12 +368,33 @@ LANDSCAPES = {
         slos=README_SLOS,
         structure="chunk-knee",
     ),
+    # The memory edge: a 24 GB card, eight real Claude Code sessions up to 32k tokens, and
+    # a truth wrong in the directions that matter there: compute slower, MTP accepted more
+    # often, memory 4% dearer than the memory model. Its best config lies in a narrow band
+    # of batched tokens just below where the truth runs out of memory, between the
+    # lattice's points (docs/benchmarks.md, "The memory edge").
+    "cc-traces-24g": Landscape(
+        "cc-traces-24g",
+        "rtx4090-24g",
+        "qwen3.6-27b-awq",
+        SEARCH_SPACES_DIR / "qwen3.6-27b-awq.yaml",
+        shared_traces("cc-traces", sessions=8, max_context=32_000),
+        LoadSpec(),
+        shape_kv=True,
+        adverse=False,
+        shift=TruthShift(compute=0.75, acceptance=1.1, memory=1.04),
+        chunk_sweep=True,
+    ),
 }
 
 
 def truth_constants(landscape: str, adverse: bool) -> SpeedConstants:
-    """The landscape's truth: every speed constant off by up to ~30%, seeded by its name."""
+    """The landscape's truth: every speed constant off by up to ~30%, seeded by its name;
+    with a ``TruthShift``, the catalog's constants shifted in its directions alone."""
     shape = LANDSCAPES[landscape]
+    model = get_model(shape.model)
+    if shape.shift is not None:
+        return shifted(DEFAULT_CONSTANTS, model.default_mtp_acceptance, shape.shift)
     rng = random.Random(f"truth:{shape.truth_of or landscape}")
     base = DEFAULT_CONSTANTS.model_dump()
     values: dict[str, Any] = {}
@@ -341,7 +402,6 @@ def truth_constants(landscape: str, adverse: bool) -> SpeedConstants:
         if isinstance(value, float):
             factor = math.exp(rng.uniform(-0.3, 0.3))
             values[name] = min(value * factor, 1.0) if "efficiency" in name else value * factor
-    model = get_model(shape.model)
     acceptance = [min(0.98, p * rng.uniform(0.85, 1.08)) for p in model.default_mtp_acceptance]
     factors = [*shape.mtp_acceptance_factors, *[1.0] * len(acceptance)]
     acceptance = [p * f for p, f in zip(acceptance, factors, strict=False)]
@@ -353,6 +413,18 @@ def truth_constants(landscape: str, adverse: bool) -> SpeedConstants:
         values["piecewise_overhead_s"] *= 2.0
     values["mtp_acceptance"] = tuple(acceptance) or None
     return SpeedConstants(**values)
+
+
+def shifted(
+    constants: SpeedConstants, acceptance: tuple[float, ...], shift: TruthShift
+) -> SpeedConstants:
+    """``constants`` with compute slower and ``acceptance`` higher by ``shift``'s factors."""
+    efficiency = {
+        name: getattr(constants, name) * shift.compute
+        for name in ("compute_efficiency", "prefill_compute_efficiency")
+    }
+    accepted = tuple(min(0.98, p * shift.acceptance) for p in acceptance) or None
+    return constants.model_copy(update={**efficiency, "mtp_acceptance": accepted})
 
 
 def truth_of(landscape: Landscape, spec: StudySpec, constants: SpeedConstants) -> SimOracle:
@@ -372,7 +444,16 @@ def truth_of(landscape: Landscape, spec: StudySpec, constants: SpeedConstants) -
 
 def truth_memory(landscape: str) -> MemoryPerturbation:
     """The harsh truth's memory: each of the memory model's constants off by a few percent
-    (up to 8%, mostly more), seeded by the landscape's name."""
+    (up to 8%, mostly more), seeded by the landscape's name; a ``TruthShift``'s own factor
+    on each where the landscape has one."""
+    shift = LANDSCAPES[landscape].shift
+    if shift is not None:
+        return MemoryPerturbation(
+            activation=shift.memory,
+            cudagraph=shift.memory,
+            non_torch=shift.memory,
+            per_seq=shift.memory,
+        )
     rng = random.Random(f"memory:{LANDSCAPES[landscape].truth_of or landscape}")
     return MemoryPerturbation(
         **{
@@ -911,6 +992,75 @@ def exhaustive(setup: dict, landscape: Landscape, truth: Truth) -> tuple[float, 
     return max(values), len(candidates), time.monotonic() - started
 
 
+CHUNK_SWEEP_TOKENS = 64  # the chunk sweep's step (``chunk_sweep``)
+
+
+@dataclass
+class ChunkSweep:
+    """The truth's best config off the lattice along the prefill chunk, and its band."""
+
+    best: float  # true tok/s
+    params: dict[str, Any]
+    band: tuple[int, int]  # the chunk's values within 1% of ``best`` along its row
+    oom_from: int | None  # the smallest chunk of its row the truth runs out of memory at
+    lattice_points: list[int]  # the chunk values the lattice holds in its row (edges too)
+
+    def describe(self, lattice_optimum: float) -> str:
+        row = {k: v for k, v in self.params.items() if k != "max_num_batched_tokens"}
+        return (
+            f"  chunk sweep: best {self.best:,.2f} tok/s ({self.best / lattice_optimum:.3f}x the "
+            f"lattice's optimum) at {self.params['max_num_batched_tokens']:,} batched tokens; "
+            f"within 1% of it {self.band[0]:,}-{self.band[1]:,}; the truth runs out of memory "
+            f"from {self.oom_from or '-'}; the lattice's points in its row "
+            f"{', '.join(f'{t:,}' for t in self.lattice_points)}\n    its row {row}"
+        )
+
+
+def chunk_sweep(setup: dict, truth: Truth) -> ChunkSweep | None:
+    """The truth over every lattice row's prefill chunk (max-num-batched-tokens), every
+    ``CHUNK_SWEEP_TOKENS`` from its low bound up to where the memory pre-screen stops
+    passing: where the best config lies between the lattice's points, how narrow its band
+    is and how near the truth's OOM edge. None when the space does not search the chunk."""
+    spec: StudySpec = setup["spec"]
+    version = spec.engine.version()
+    name = "max_num_batched_tokens"
+    dist = spec.space.distributions(version).get(name)
+    if dist is None:
+        return None
+    rows: dict[str, tuple[dict[str, Any], list[int]]] = {}
+    for c in setup["candidates"]:
+        row = {k: v for k, v in c.params.items() if k != name}
+        rows.setdefault(repr(sorted(row.items())), (row, []))[1].append(c.params[name])
+    best: tuple[float, dict[str, Any], list[int], list[tuple[int, float | None, bool]]] | None
+    best = None
+    for row, points in rows.values():
+        swept: list[tuple[int, float | None, bool]] = []  # tokens, true value, truth OOMs
+        for tokens in range(dist.low, dist.high + 1, CHUNK_SWEEP_TOKENS):
+            params = {**row, name: tokens}
+            if spec.space.rule_violations(params):
+                continue
+            config = derive_config(
+                spec.space,
+                params,
+                model=spec.model,
+                engine_version=version,
+                prescreen=spec.prescreen,
+            )
+            memory = spec.prescreen(config) if spec.prescreen is not None else None
+            if memory is not None and not memory.fits:
+                break
+            swept.append((tokens, truth.value(config), truth.oom(config) is not None))
+        for tokens, value, _ in swept:
+            if value is not None and (best is None or value > best[0]):
+                best = (value, {**row, name: tokens}, sorted(points), swept)
+    if best is None:
+        return None
+    value, params, points, swept = best
+    within = [t for t, v, _ in swept if v is not None and v >= 0.99 * value]
+    oom = [t for t, _, out in swept if out]
+    return ChunkSweep(value, params, (min(within), max(within)), min(oom, default=None), points)
+
+
 def fill_tuner(setup: dict, timings: dict, key: str) -> None:
     """Predict the whole lattice into the tuner's cache, as the warm start of a study with
     no budget would, and time it (``timings[key]``, seconds): on this machine's cores and
@@ -999,25 +1149,31 @@ def study_record(
     log: StudyLog,
     *,
     variant: str | None = None,
+    swept_optimum: float = 0.0,
 ):
     """One study as ``--raw`` stores it (``--table`` re-reads it). A ``variant`` (a
-    changed copy of the code) is named in its strategy, so ``--table`` sets the two apart."""
+    changed copy of the code) is named in its strategy, so ``--table`` sets the two apart;
+    ``swept_optimum``: the chunk sweep's best (``chunk_sweep``), 0 where none was swept."""
     return {
         "landscape": label,
         "strategy": f"{strategy} [{variant}]" if variant else strategy,
         "seed": seed,
         "lattice_optimum": lattice_optimum,
+        "swept_optimum": swept_optimum,
         **asdict(log),
     }
 
 
 def table(paths: list[Path], budget: int) -> list[dict]:
     """Rows from ``--raw`` files, against each truth's best known optimum: the lattice's,
-    or a config some study launched off the lattice that is truly better."""
+    the chunk sweep's, or a config some study launched off the lattice that is truly
+    better."""
     records = [json.loads(line) for path in paths for line in path.read_text().splitlines()]
     optimum: dict[str, float] = {}
     for record in records:
-        best = max(record["lattice_optimum"], record["launched_best"])
+        best = max(
+            record["lattice_optimum"], record.get("swept_optimum", 0.0), record["launched_best"]
+        )
         optimum[record["landscape"]] = max(optimum.get(record["landscape"], 0.0), best)
     groups: dict[tuple[str, str], list[StudyLog]] = {}
     fields = set(StudyLog.__dataclass_fields__)
@@ -1101,7 +1257,11 @@ def main() -> None:
     modes = {"harsh": (True,), "gentle": (False,), "both": (False, True)}[args.bench]
     for name, harsh in ((name, harsh) for name in names for harsh in modes):
         landscape = LANDSCAPES[name]
-        setup = prepare(landscape, Path(workloads.name), harsh=harsh)
+        try:
+            setup = prepare(landscape, Path(workloads.name), harsh=harsh)
+        except MissingData as missing:
+            print(f"\n{name}: skipped: {missing}", flush=True)
+            continue
         spec: StudySpec = setup["spec"]
         setup_key = digest_of(spec.space.digest(), spec.plan, spec.load, spec.goal, spec.model)
         setup["cache"] = cache.setdefault(f"{name}:tuner:{setup_key}", {})
@@ -1123,6 +1283,8 @@ def main() -> None:
             optimum, count, seconds = exhaustive(setup, landscape, truth)
             fill_tuner(setup, cache.setdefault("warm_start_s", {}), f"{name}:tuner:{setup_key}")
             misled = misled_by(setup, truth)
+            sweep = chunk_sweep(setup, truth) if landscape.chunk_sweep else None
+            swept = sweep.best if sweep is not None else 0.0
             if args.cache:
                 args.cache.write_bytes(pickle.dumps(cache))
             if not args.json:
@@ -1138,11 +1300,13 @@ def main() -> None:
                     f"  truth optimum {misled['truth_optimum']}\n"
                     f"  predicted optimum {misled['predicted_optimum']}"
                 )
+                if sweep is not None:
+                    print(sweep.describe(optimum))
             runs: list[tuple[str, list[StudyLog], float]] = []
             for strategy in strategies:
                 started = time.monotonic()
                 logs = []
-                job = (label, setup, truth, optimum, strategy, args.launches, harsh)
+                job = (label, setup, truth, max(optimum, swept), strategy, args.launches, harsh)
                 for seed, log in zip(seeds, studies(job, seeds, args.jobs), strict=True):
                     logs.append(log)
                     if args.raw:
@@ -1150,7 +1314,13 @@ def main() -> None:
                             out.write(
                                 json.dumps(
                                     study_record(
-                                        label, strategy, seed, optimum, log, variant=args.variant
+                                        label,
+                                        strategy,
+                                        seed,
+                                        optimum,
+                                        log,
+                                        variant=args.variant,
+                                        swept_optimum=swept,
                                     )
                                 )
                             )
@@ -1158,7 +1328,9 @@ def main() -> None:
                 runs.append((strategy, logs, time.monotonic() - started))
             # Every row against the best known config: the lattice's optimum or any config
             # a strategy launched (refined off-lattice ones included), whichever is truly best.
-            known = max([optimum, *(log.launched_best for _, logs, _ in runs for log in logs)])
+            known = max(
+                [optimum, swept, *(log.launched_best for _, logs, _ in runs for log in logs)]
+            )
             for strategy, logs, seconds in runs:
                 row = {
                     "landscape": label,

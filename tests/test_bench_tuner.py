@@ -9,6 +9,8 @@ import statistics
 import sys
 from pathlib import Path
 
+import pytest
+
 from autotune.replay.records import Percentiles
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_tuner.py"
@@ -277,3 +279,45 @@ def test_a_study_s_guide_holds_what_its_warm_start_replays(tmp_path):
     assert set(held) == set(replays) | {"off-lattice"}
     assert 0 < len(replays) < len(lattice)
     assert all(held[key] == cache[key] for key in replays)  # the lattice's own replays
+
+
+def test_the_memory_edge_landscape_reads_the_real_traces_or_says_where_they_are_not(
+    tmp_path, monkeypatch
+):
+    """Eight real Claude Code sessions up to 32k tokens, read where the data lives (never
+    copied into the repo); absent, a ``MissingData`` naming the folder and the variable,
+    which the bench prints as a skipped landscape."""
+    from autotune.workload.io import read_workload
+    from autotune.workload.slice import measure
+    from autotune.workload.tokenizer import WordTokenizer
+
+    write = bench.LANDSCAPES["cc-traces-24g"].workload
+    if (bench.SHARED_DATA / "claude-code-traces").is_dir():
+        workload = read_workload(write(tmp_path))
+        sessions = {r.session for r in workload.requests}
+        sizes = measure(workload, WordTokenizer())
+        assert len(sessions) == 8
+        assert max(sizes[r.id].prompt_tokens + r.output.tokens for r in workload.requests) <= 32_000
+    monkeypatch.setattr(bench, "SHARED_DATA", tmp_path / "nowhere")
+    with pytest.raises(bench.MissingData, match=r"nowhere/claude-code-traces absent.*AUTOTUNE"):
+        write(tmp_path)
+
+
+def test_a_shifted_truth_is_the_catalog_s_constants_moved_in_its_directions_alone():
+    """The memory-edge truth: compute slower, MTP accepted more often, memory dearer by
+    one factor, every other constant the simulator's own (no seeded draw)."""
+    from autotune.catalog.models import get_model
+    from autotune.sim.model.speed_constants import DEFAULT_CONSTANTS
+
+    shift = bench.LANDSCAPES["cc-traces-24g"].shift
+    truth = bench.truth_constants("cc-traces-24g", False)
+    for name, value in DEFAULT_CONSTANTS.model_dump().items():
+        if name in ("compute_efficiency", "prefill_compute_efficiency"):
+            assert getattr(truth, name) == pytest.approx(value * shift.compute)
+            assert shift.compute < 1
+        elif name != "mtp_acceptance":
+            assert getattr(truth, name) == value
+    catalog = get_model("qwen3.6-27b-awq").default_mtp_acceptance
+    assert all(t > c or t == 0.98 for t, c in zip(truth.mtp_acceptance, catalog, strict=True))
+    memory = bench.truth_memory("cc-traces-24g")
+    assert {memory.activation, memory.cudagraph, memory.non_torch, memory.per_seq} == {1.04}

@@ -46,6 +46,14 @@ TIE_Z = 0.5
 # parts two runs this far about once in 2,000 pairs).
 DISPUTE_SD = 4.0
 DISPUTE_REACH = 2.0  # ... and its better run this many noise units from the leader or closer
+# The crown goes to the best lower bound, this many standard deviations of a config's
+# belief below its mean: a config one run lifted stands 3% below its run, one measured
+# ten times 1% below its mean, so a single lucky run does not outrank repeated runs.
+CROWN_Z = 1.0
+# A config tied with the crown's leader takes the crown for needing less only when it was
+# measured as often as the leader, up to this many runs: one run within the noise of a
+# config measured often is not evidence that the two are alike.
+TIE_RUNS = 2
 
 
 @dataclass(frozen=True)
@@ -244,7 +252,7 @@ def crown(
     prior: bool = True,
 ) -> Measured | None:
     """The config to hand over, or None when nothing feasible was measured: of the best
-    estimate and the configs tied with it, the one that needs least (``tie_group``)."""
+    lower bound and the configs tied with it, the one that needs least (``tie_group``)."""
     group = tie_group(index, maximize=maximize, sampler=sampler, prior=prior)
     return group[0] if group else None
 
@@ -256,15 +264,27 @@ def tie_group(
     sampler: GuidedSampler | None = None,
     prior: bool = True,
 ) -> list[Measured]:
-    """The best estimate and the configs tied with it (``tied``), least needs first
-    (``resource_order``); empty when nothing feasible was measured."""
+    """The leader, the best lower bound (``CROWN_Z``), and the configs tied with it
+    (``tied``) measured as often as it (up to ``TIE_RUNS``) or alike to ``TIE_FLOOR``, least
+    needs first (``resource_order``); empty when nothing feasible was measured."""
     found = beliefs(index, maximize=maximize, sampler=sampler, prior=prior)
     if not found:
         return []
-    order = sorted(found, key=lambda key: -found[key].mean)
+    order = sorted(found, key=lambda key: -lower_bound(found[key]))
     noise = fit(index, maximize=maximize).noise
-    group = tied(found[order[0]], {key: found[key] for key in order[1:]}, noise)
+    leader = found[order[0]]
+    runs = min(TIE_RUNS, len(index.by_key[order[0]].samples))
+    group = [
+        key
+        for key in tied(leader, {key: found[key] for key in order[1:]}, noise)
+        if len(index.by_key[key].samples) >= runs or abs(leader.mean - found[key].mean) <= TIE_FLOOR
+    ]
     return sorted((index.by_key[key] for key in [order[0], *group]), key=resource_order)
+
+
+def lower_bound(belief: Belief) -> float:
+    """What the crown ranks a config by: its belief's mean less ``CROWN_Z`` deviations."""
+    return belief.mean - CROWN_Z * math.sqrt(belief.var)
 
 
 def tied(leader: Belief, others: dict[str, Belief], noise: float) -> list[str]:

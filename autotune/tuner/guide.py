@@ -297,8 +297,8 @@ def build_guide(
     if tiers.replayed or tiers.stopped:
         said = (
             f"Warm start: screened {len(candidates):,} configs, replayed {tiers.replayed:,} "
-            f"(the short list's {tiers.shortlisted:,} distinct predictions, {tiers.climbed:,} "
-            f"neighbours) in {time.monotonic() - started:.1f} s"
+            f"(the short list's {tiers.shortlisted:,} distinct predictions, {tiers.edges:,} "
+            f"memory edges, {tiers.climbed:,} neighbours) in {time.monotonic() - started:.1f} s"
         )
         if tiers.stopped:
             said += (

@@ -23,7 +23,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import optuna
@@ -46,6 +46,7 @@ class Candidate:
     config: TrialConfig
     key: str  # identity of the launch: model + flags
     memory: MemoryEstimate | None = None
+    edge: bool = False  # a memory edge of the chunk (``_Deriver.edges``), not a ladder value
 
 
 def config_key(config: TrialConfig) -> str:
@@ -125,10 +126,24 @@ class _Deriver:
         memory = self.candidate(params).memory
         return memory is None or memory.fits
 
+    def fits_worst_step(self, params: dict[str, Any]) -> bool:
+        """Whether ``params`` passes the pre-screen with room for its worst step: a full
+        prefill chunk beside the sampler buffers of every seat (max-num-seqs), which the
+        engine may schedule together; the pre-screen counts one seat's."""
+        memory = self.candidate(params).memory
+        if memory is None:
+            return True
+        report = memory.report
+        seats = max(1, int(report.get("max_num_seqs", 1)))
+        others = (seats - 1) * float(report.get("transient_bytes_per_seq", 0.0))
+        spare = report.get("headroom_bytes", 0) - report.get("load_transient_bytes", 0)
+        return memory.fits and spare >= others
+
     def edges(self, rows: list[list[dict[str, Any]]]) -> list[Candidate]:
         """The memory edge of the chunk in each row (lattice points alike but for the
         chunk, in ascending order of it): the largest chunk that passes the pre-screen
-        between the last lattice value that does and the next, when there is one."""
+        with room for its worst step (``fits_worst_step``) between the last lattice value
+        that passes and the next, when there is one."""
         name = _chunk_name(self.space, self.engine_version)
         found: list[Candidate] = []
         for row in rows:
@@ -140,13 +155,13 @@ class _Deriver:
             edge = low
             while high - low > max(1, low * EDGE_RESOLUTION):
                 middle = round(math.sqrt(low * high))
-                if self.fits({**row[last], name: middle}):
+                if self.fits_worst_step({**row[last], name: middle}):
                     low = edge = middle
                 else:
                     high = middle
             params = {**row[last], name: edge}
             if edge != row[last][name] and not self.space.rule_violations(params):
-                found.append(self.candidate(params))
+                found.append(replace(self.candidate(params), edge=True))
         return found
 
 

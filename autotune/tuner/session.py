@@ -43,6 +43,7 @@ from autotune.tuner.confirm import (
     tie_group,
 )
 from autotune.tuner.drift import fit
+from autotune.tuner.edge import EdgeSearch
 from autotune.tuner.guide import Guide, PredictionCache, build_guide
 from autotune.tuner.lattice import Candidate
 from autotune.tuner.local import LocalSearch
@@ -97,6 +98,7 @@ class Tuner:
         self._proposed: set[str] = set()  # seed keys handed to a trial by this process
         self.refiner: Refiner | None = None
         self.local: LocalSearch | None = None
+        self.edges: EdgeSearch | None = None  # retreats of the memory edges after an OOM
         self._refined_at = 0  # measured configs when the guide was last refined
         self.recalibration: Recalibration | None = None
         self.backoff = MemoryBackoff()  # learned from OOM launches (``tuner.backoff``)
@@ -124,7 +126,7 @@ class Tuner:
                 learn=settings.learn,
                 seed=seed,
             )
-            if settings.refine or settings.local_search > 0:
+            if settings.refine or settings.local_search > 0 or settings.edge_search:
                 self.refiner = Refiner(
                     space,
                     model=model,
@@ -141,6 +143,8 @@ class Tuner:
             share = min(settings.local_search, self.confirm_slots // 4)
             if share > 0 and self.refiner is not None:
                 self.local = LocalSearch(self.refiner, share)
+            if settings.edge_search and settings.backoff and self.refiner is not None:
+                self.edges = EdgeSearch(self.refiner)
             if settings.recalibrate:
                 self.recalibration = Recalibration(oracle, cache)
 
@@ -509,6 +513,17 @@ class Tuner:
             memory = None if point is None else point.memory
         if memory is not None and self.backoff.learn(memory.margin):
             self._say(self.backoff.describe())
+            self._retreat_edges()
+
+    def _retreat_edges(self) -> None:
+        """The best memory edges the back-off now rules out retreat to the largest chunk
+        and KV pool it allows (``tuner.edge``), where the simulator rates that higher."""
+        if self.edges is None or self.sampler is None or self.guide is None:
+            return
+        mean, _ = self.sampler.estimates()
+        added = self.edges.retreat(self.guide, mean)
+        if added:
+            self._say(f"{added} memory edges moved below the back-off's edge")
 
     def crowned(self) -> Measured | None:
         """The config the tuner would hand over now."""

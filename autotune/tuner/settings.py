@@ -43,6 +43,7 @@ class TunerSettings(BaseModel):
     prune: bool = DEFAULT_PRUNE  # stop a trial whose throughput so far is far below the best's
     prescreen: bool = True  # score what the memory model rejects as predicted-oom, unlaunched
     backoff: bool = True  # after an OOM launch, configs predicted tighter are not proposed
+    edge_search: bool = True  # ... and the best memory edges it rules out retreat to what fits
     seed: int | None = None  # the sampler's and the simulator's seed (None: a fresh draw)
 
     def replaced(self, **changes: Any) -> TunerSettings:

@@ -78,4 +78,6 @@ def test_a_neighbour_s_one_lucky_run_does_not_outrank_a_config_measured_often() 
         index.add("n", params={"k": "n"}, trial=trial, values=[61.5], constraints={}, measured=True)
     assert crown(index, maximize=True, prior=False).key == "n"
     plain = measured([("a", 60.0)] * 6 + [("b", 60.9)] * 6 + [("n", 61.5)])
-    assert crown(plain, maximize=True, prior=False).key == "n"  # a lattice config's one run
+    assert crown(plain, maximize=True, prior=False).key == "b"  # a lattice config's one run
+    plain.add("n", params={"k": "n"}, trial=13, values=[61.5], constraints={}, measured=True)
+    assert crown(plain, maximize=True, prior=False).key == "n"  # ... and its second

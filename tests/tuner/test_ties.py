@@ -92,6 +92,32 @@ def test_a_neighbours_one_lucky_run_does_not_tie_it_with_the_leader() -> None:
     assert winner is not None and winner.key == leader
 
 
+def test_one_lucky_run_does_not_take_the_crown_from_a_config_measured_often() -> None:
+    """A config launched at the end of the night and measured once, 1.5% above a config
+    measured eight times: within one run's noise (3%), not yet evidence."""
+    index = MeasuredIndex()
+    often, once = key(8, mtp=3, kv_gib=12.0), key(8, mtp=2, kv_gib=12.0)
+    measure(index, often, 99.0, 101.0, 100.0, 100.5, 99.5, 100.0, 101.0, 99.0)
+    measure(index, once, 101.5)
+    winner = crown(index, maximize=True)
+    assert winner is not None and winner.key == often
+    measure(index, once, 102.5, 101.5)  # three runs 2% ahead: its own evidence now
+    winner = crown(index, maximize=True)
+    assert winner is not None and winner.key == once
+
+
+def test_a_tie_does_not_go_to_a_config_measured_once_over_one_measured_often() -> None:
+    """The memory-edge bench: max-num-seqs 2 measured six times leads; max-num-seqs 1,
+    measured once 0.3% below it, needs less. One run cannot say the two are alike."""
+    index = MeasuredIndex()
+    leader, smaller = key(2, mtp=2, kv_gib=2.5), key(1, mtp=2, kv_gib=2.5)
+    measure(index, leader, 99.0, 101.0, 100.0, 98.0, 102.0, 100.0)
+    measure(index, smaller, 99.7)
+    assert [entry.key for entry in tie_group(index, maximize=True)] == [leader]
+    measure(index, smaller, 99.7)  # measured twice alike: a tie, and it needs less
+    assert [entry.key for entry in tie_group(index, maximize=True)] == [smaller, leader]
+
+
 @pytest.mark.parametrize(
     ("less", "more"),
     [

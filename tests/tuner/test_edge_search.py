@@ -1,0 +1,65 @@
+"""The memory edge located after an OOM (``tuner.edge``): on the 24 GB long-context
+corner (2.5 GiB of KV beside LMCache, max-num-seqs 1 to 8), an edge launched out of memory
+moves the back-off past every edge at once; the best ones retreat to the largest chunk
+that the back-off allows, which the replay rates far above the lattice point below."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from autotune.study import StudySpec
+from autotune.tuner.settings import TunerSettings
+from tests.tuner.conftest import DATA, guided_tuner, longctx_spec
+
+CHUNK = "max_num_batched_tokens"
+
+
+@pytest.fixture(scope="module")
+def edge_case(tmp_path_factory: pytest.TempPathFactory) -> StudySpec:
+    return longctx_spec(tmp_path_factory, DATA / "edge-longctx.yaml")
+
+
+def _row(params: dict) -> dict:
+    return {k: v for k, v in params.items() if k != CHUNK}
+
+
+def test_an_oom_at_the_best_memory_edge_moves_it_below_the_back_off_s_edge(
+    edge_case: StudySpec,
+) -> None:
+    tuner = guided_tuner(edge_case, {}, TunerSettings(), n_trials=20)
+    guide, sampler = tuner.guide, tuner.sampler
+    assert guide is not None and sampler is not None
+    edges = [c for c in guide.candidates if c.edge]
+    best = max(edges, key=lambda c: np.nan_to_num(guide.utility[guide.by_key[c.key]], nan=-9))
+    known = len(guide.candidates)
+    tuner._back_off(best.key, dict(best.params))  # what recording its OOM launch does
+    assert all(tuner.backoff.presumes_oom(c.memory) for c in edges)  # every edge at once
+    moved = guide.candidates[known:]
+    (retreat,) = [c for c in moved if _row(c.params) == _row(best.params)]
+    below = next(
+        c for c in guide.candidates if c.params == {**best.params, CHUNK: 1024}
+    )  # the row's lattice point under the edge
+    assert below.params[CHUNK] < retreat.params[CHUNK] < best.params[CHUNK]
+    assert retreat.edge and retreat.memory is not None
+    assert retreat.memory.margin < tuner.backoff.floor  # what the back-off allows
+    utility = guide.utility[guide.by_key[retreat.key]]
+    assert np.exp(utility - tuner.refiner.predicted(below)) > 1.25  # the jump the edge holds
+    assert guide.screened is not None and not guide.screened[guide.by_key[retreat.key]]
+    pick = sampler._pick()
+    assert pick is not None and guide.candidates[pick].key in {c.key for c in moved}
+
+
+def test_without_the_edge_search_an_oom_at_the_edge_leaves_only_the_lattice_below(
+    edge_case: StudySpec,
+) -> None:
+    tuner = guided_tuner(edge_case, {}, TunerSettings(edge_search=False), n_trials=20)
+    guide = tuner.guide
+    assert guide is not None
+    best = max(
+        (c for c in guide.candidates if c.edge),
+        key=lambda c: np.nan_to_num(guide.utility[guide.by_key[c.key]], nan=-9),
+    )
+    known = len(guide.candidates)
+    tuner._back_off(best.key, dict(best.params))
+    assert len(guide.candidates) == known
