@@ -9,10 +9,11 @@ cache has no replay of, then the replay judges, into the cache:
   exactly alike (a KV pool that never fills, at every size) the replay judges the one
   the screen ranks first, and the others take its figures until they are replayed;
 - the memory edges (``lattice``: the largest prefill chunk that fits beside a row's
-  lattice points), the screen's best ``EDGE_SHARE`` of the lattice of them: where memory
-  is tight the screen is near-blind, and there a chunk past a lattice point can cross into
-  another regime (a 24 GB card with 8 Claude Code sessions: 2.5 GiB of fp8 KV with MTP 2
-  and max-num-seqs 2 screened at 20 tok/s, replayed at 39.7 from 1,632 batched tokens on);
+  lattice points), every one the screen predicts to run: where memory is tight the
+  screen is near-blind (its rank correlation 0.08 on such a card), and there a chunk past
+  a lattice point can cross into another regime (a 24 GB card with 8 Claude Code
+  sessions: 2.5 GiB of fp8 KV with MTP 2 and max-num-seqs 2 screened at 20 tok/s,
+  replayed at 39.7 from 1,632 batched tokens on);
 - the climb: the lattice neighbours (one step along one knob) of the replay's best
   ``CLIMB_STARTS`` distinct predictions and of any other within ``CLIMB_WITHIN`` of the
   best, again while they change, at most as many configs as the short list took
@@ -42,7 +43,6 @@ from autotune.tuner.predictor import SimOracle, predict_iter
 
 SHORTLIST_SHARE = 0.02  # of the lattice, in distinct screen predictions
 SHORTLIST_MIN = 16  # ... and never fewer
-EDGE_SHARE = 0.02  # memory edges replayed beside it, the screen's best, of the lattice
 CLIMB_STARTS = 3  # the climb starts from the replay's best distinct predictions, this many
 CLIMB_WITHIN = 0.05  # ... and every other within this of the best
 CLIMB_MIN = 16  # configs the climb may add, at least (else as many as the short list took)
@@ -140,7 +140,7 @@ def predict_two_tier(
     judging = _Judge(oracle, candidates, cache, deadline)
     groups = shortlist(screened_scores, maximize, size) if missing else []
     judging.judge(group[0] for group in groups)  # the others are predicted alike
-    edges = _edges(candidates, screened_scores, maximize, size) if missing else []
+    edges = _edges(candidates, screened_scores, maximize) if missing else []
     judging.judge(edges)
     budget = max(len(groups), CLIMB_MIN)
     climbed = _climb(judging, candidates, maximize, budget=budget) if missing else 0
@@ -166,15 +166,12 @@ def predict_two_tier(
 
 
 def _edges(
-    candidates: Sequence[Candidate], scores: Sequence[Score | None], maximize: bool, size: int
+    candidates: Sequence[Candidate], scores: Sequence[Score | None], maximize: bool
 ) -> list[int]:
-    """The memory edges the replay judges: the screen's best ``EDGE_SHARE`` of the lattice
-    of them (at least ``size``, the short list's), any the screen predicts to run."""
+    """The memory edges the replay judges: every one the screen predicts to run."""
     edges = [i for i, c in enumerate(candidates) if c.edge]
     values = _rank_values([scores[i] for i in edges], maximize)
-    count = max(size, math.ceil(EDGE_SHARE * len(candidates)))
-    order = [i for i in np.argsort(-values, kind="stable") if np.isfinite(values[i])]
-    return [edges[i] for i in order[:count]]
+    return [edges[i] for i in np.argsort(-values, kind="stable") if np.isfinite(values[i])]
 
 
 def _climb(judging: _Judge, candidates: Sequence[Candidate], maximize: bool, budget: int) -> int:
