@@ -12,7 +12,12 @@ MTP, large batches and mixed prefill steps worse than the simulator believes.
 ``readme-misled`` is the README's truth with MTP's later drafts rarely accepted: its
 optimum is far down the simulator's ranking. ``readme-chunked`` differs in shape, not
 constants (``STRUCTURES``): its throughput falls past 3,000 batched tokens, between two
-lattice points. Each truth's header says how wrong the
+lattice points. ``cc-traces-24g`` replays 8 real Claude Code sessions (the shared traces;
+skipped with a line when they are absent) on a 24 GB card under a truth shifted in named
+directions (``TruthShift``: compute slower, MTP accepted more often, memory dearer): its
+best config lies in a narrow band of batched tokens just below the truth's OOM, between
+the lattice's points, and its rows are scored against a sweep of every lattice row's
+batched tokens too (``chunk_sweep``). Each truth's header says how wrong the
 tuner's simulator is there: the optimum's rank in its prediction, the distance from the
 predicted optimum, and the true value of that and of the baseline (``misled_by``).
 The noise is paired: the k-th measurement of a config at one seed draws the same

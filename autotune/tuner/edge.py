@@ -39,7 +39,7 @@ class EdgeSearch:
 
     def __init__(self, points: Refiner) -> None:
         self.points = points  # the rules, pre-screen, back-off and predictions of the run
-        self.retreated: set[str] = set()  # edges already retreated at the current back-off
+        self.retreated: set[str] = set()  # edges retreated once (a retreat is an edge itself)
         flags = {name: getattr(p, "flag", None) for name, p in points.space.parameters.items()}
         self.knobs = [
             knob
