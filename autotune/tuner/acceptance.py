@@ -179,7 +179,9 @@ class Recalibration:
         self.repredicted += tiers.replayed
         self.affected = len(affected)
         guide.oracle, guide.cache = self.oracle, self.cache  # what ``settle`` replays with now
-        guide.repredict(affected, tiers.scores, maximize, screened=list(tiers.screened))
+        guide.repredict(
+            affected, tiers.scores, maximize, screened=list(tiers.screened), alike=tiers.alike
+        )
         self.seconds = time.monotonic() - started
         return True
 

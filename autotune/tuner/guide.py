@@ -61,6 +61,9 @@ class Guide:
     budget_s: float | None = None  # the replays' safety stop in wall seconds (None: none)
     # True where the score is the screen's only (``two_tier``): ``settle`` replays it first.
     screened: np.ndarray | None = None
+    # The screen's prediction of each candidate as an id (``two_tier.alike_ids``; -1: none):
+    # a screened candidate takes the replay of one the screen predicts alike (``settle``).
+    alike: np.ndarray | None = None
     oracle: SimOracle | None = None  # what ``settle`` replays with
     cache: PredictionCache | None = None  # ... and where it keeps the replays
     maximize: bool = True
@@ -74,6 +77,8 @@ class Guide:
         known = np.zeros(0, dtype=bool) if self.screened is None else self.screened
         extra = np.zeros(len(self.candidates) - len(known), dtype=bool)  # off-lattice: replayed
         self.screened = np.concatenate([known, extra])
+        ids = np.zeros(0, dtype=np.int64) if self.alike is None else self.alike
+        self.alike = np.concatenate([ids, np.full(len(self.candidates) - len(ids), -1)])
         scores = self.scores or [None] * len(self.candidates)
         self.shortfall = np.array(
             [
@@ -95,8 +100,10 @@ class Guide:
 
     def settle(self, indices: list[int]) -> bool:
         """Replay the candidates at ``indices`` that only the screen scored (before one is
-        launched or seeds the study); whether any was."""
-        assert self.screened is not None
+        launched or seeds the study); whether any was. The others the screen predicts
+        alike take each one's replay, still marked screened: a config at an SLO's edge the
+        screen put on the right side moves with its twins, not one replay at a time."""
+        assert self.screened is not None and self.alike is not None
         pending = [i for i in indices if self.screened[i]]
         if not pending or self.oracle is None:
             return False
@@ -108,7 +115,16 @@ class Guide:
             [self.candidates[i].key for i in pending],
             cache,
         )
-        self.repredict(pending, found, self.maximize)
+        replayed = {int(self.alike[i]): scored for i, scored in zip(pending, found, strict=True)}
+        replayed.pop(-1, None)
+        twins = np.flatnonzero(self.screened & np.isin(self.alike, list(replayed)))
+        twins = [int(j) for j in twins if j not in pending]
+        self.repredict(
+            [*pending, *twins],
+            [*found, *(replayed[int(self.alike[j])] for j in twins)],
+            self.maximize,
+            screened=[False] * len(pending) + [True] * len(twins),
+        )
         return True
 
     def repredict(
@@ -118,11 +134,16 @@ class Guide:
         maximize: bool,
         *,
         screened: bool | Sequence[bool] = False,
+        alike: np.ndarray | None = None,
     ) -> None:
         """Replace the predictions of the candidates at ``indices`` (a recalibrated
-        simulator's: ``autotune.tuner.acceptance``; ``screened``: the screen's only)."""
+        simulator's: ``autotune.tuner.acceptance``; ``screened``: the screen's only;
+        ``alike``: their new screen predictions' ids, ``two_tier.alike_ids``)."""
         self.scores = list(self.scores or [None] * len(self.candidates))
-        assert self.screened is not None
+        assert self.screened is not None and self.alike is not None
+        if alike is not None:  # ids of their own, apart from those the others hold
+            fresh = int(self.alike.max(initial=-1)) + 1
+            self.alike[indices] = np.where(alike >= 0, alike + fresh, -1)
         flags = [screened] * len(indices) if isinstance(screened, bool) else list(screened)
         for index, scored, flag in zip(indices, scores, flags, strict=True):
             self.scores[index] = scored
@@ -324,6 +345,7 @@ def build_guide(
         stopped=tiers.stopped,
         budget_s=budget_s,
         screened=tiers.screened,
+        alike=tiers.alike,
         oracle=oracle,
         cache=cache,
         maximize=maximize,

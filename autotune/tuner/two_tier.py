@@ -9,11 +9,12 @@ cache has no replay of, then the replay judges, into the cache:
   exactly alike (a KV pool that never fills, at every size) the replay judges the one
   the screen ranks first, and the others take its figures until they are replayed;
 - the memory edges (``lattice``: the largest prefill chunk that fits beside a row's
-  lattice points), every one the screen predicts to run: where memory is tight the
-  screen is near-blind (its rank correlation 0.08 on such a card), and there a chunk past
-  a lattice point can cross into another regime (a 24 GB card with 8 Claude Code
-  sessions: 2.5 GiB of fp8 KV with MTP 2 and max-num-seqs 2 screened at 20 tok/s,
-  replayed at 39.7 from 1,632 batched tokens on);
+  lattice points) whose KV pool can bind, every one the screen predicts to run: where
+  memory is tight the screen is near-blind (its rank correlation 0.08 on such a card),
+  and there a chunk past a lattice point can cross into another regime (a 24 GB card
+  with 8 Claude Code sessions: 2.5 GiB of fp8 KV with MTP 2 and max-num-seqs 2 screened
+  at 20 tok/s, replayed at 39.7 from 1,632 batched tokens on). An edge whose pool holds
+  every context at once is a chunk like any other: the short list takes it by its rank;
 - the climb: the lattice neighbours (one step along one knob) of the replay's best
   ``CLIMB_STARTS`` distinct predictions and of any other within ``CLIMB_WITHIN`` of the
   best, again while they change, at most as many configs as the short list took
@@ -60,6 +61,9 @@ class TwoTier:
     shortlisted: int  # distinct screen predictions the short list took
     climbed: int  # configs the climb added
     edges: int = 0  # memory edges judged beside the short list
+    # Per config, its screen prediction's id (configs the screen predicts alike share one;
+    # -1: none): a replay of one speaks for the others until they are replayed.
+    alike: np.ndarray | None = None
 
 
 def shortlist_size(count: int) -> int:
@@ -90,12 +94,16 @@ def _rank_values(scores: Sequence[Score | None], maximize: bool) -> np.ndarray:
 
 def shortlist(scores: Sequence[Score | None], maximize: bool, size: int) -> list[list[int]]:
     """The screen's best ``size`` distinct predictions, best first: each the configs it
-    predicts alike, best first by the screen's ranking."""
+    predicts alike, best first by the screen's ranking. Where fewer run within the
+    slack, the nearest to every limit fill the rest (the least shortfall first): what a
+    load no config serves (a plan's one replica for a whole team) is tuned for."""
     values = _rank_values(scores, maximize)
+    ranked = np.argsort(-values, kind="stable")[: int(np.isfinite(values).sum())]
+    shortfall = _shortfalls(scores)
+    shortfall[np.isfinite(values)] = np.inf
+    nearest = np.argsort(shortfall, kind="stable")[: int(np.isfinite(shortfall).sum())]
     groups: dict[tuple, list[int]] = {}
-    for index in np.argsort(-values, kind="stable"):
-        if not np.isfinite(values[index]):
-            break
+    for index in [*ranked, *nearest]:
         alike = _prediction(scores[index])
         if alike not in groups:
             if len(groups) == size:
@@ -103,6 +111,18 @@ def shortlist(scores: Sequence[Score | None], maximize: bool, size: int) -> list
             groups[alike] = []
         groups[alike].append(int(index))
     return list(groups.values())
+
+
+def _shortfalls(scores: Sequence[Score | None]) -> np.ndarray:
+    """Each config's largest constraint margin (an SLO missed by 40%: 0.4) where the
+    screen predicts it to serve; infinite where it predicts no figures (OOM, a crash)."""
+    return np.array(
+        [
+            max(s.constraints.values(), default=0.0) if s is not None and s.values else np.inf
+            for s in scores
+        ],
+        dtype=float,
+    )
 
 
 def _prediction(scored: Score | None) -> tuple:
@@ -133,14 +153,14 @@ def predict_two_tier(
     replays' safety stop."""
     keys = [c.key for c in candidates]
     missing = [i for i, key in enumerate(keys) if key not in cache]
-    screened_scores: list[Score | None] = (
-        oracle.screen([c.config for c in candidates]) if missing else [None] * len(keys)
-    )
+    screening = oracle.screen([c.config for c in candidates]) if missing else None
+    screened_scores = screening.scores if screening else [None] * len(keys)
+    pool_binds = screening.pool_binds if screening else [False] * len(keys)
     size = shortlist_size(len(keys)) if shortlist_configs is None else shortlist_configs
     judging = _Judge(oracle, candidates, cache, deadline)
     groups = shortlist(screened_scores, maximize, size) if missing else []
     judging.judge(group[0] for group in groups)  # the others are predicted alike
-    edges = _edges(candidates, screened_scores, maximize) if missing else []
+    edges = _edges(candidates, screened_scores, pool_binds, maximize) if missing else []
     judging.judge(edges)
     budget = max(len(groups), CLIMB_MIN)
     climbed = _climb(judging, candidates, maximize, budget=budget) if missing else 0
@@ -161,15 +181,39 @@ def predict_two_tier(
         screened[index] = True
         scores.append(cache[stand_in[index]] if index in stand_in else screened_scores[index])
     return TwoTier(
-        scores, screened, judging.replayed, judging.stopped, len(groups), climbed, len(edges)
+        scores,
+        screened,
+        judging.replayed,
+        judging.stopped,
+        len(groups),
+        climbed,
+        len(edges),
+        alike_ids(screened_scores),
+    )
+
+
+def alike_ids(scores: Sequence[Score | None]) -> np.ndarray:
+    """Per config, an id shared by the configs the screen predicts alike (-1 where it
+    predicts no figures)."""
+    ids: dict[tuple, int] = {}
+    return np.array(
+        [
+            ids.setdefault(_prediction(s), len(ids)) if s is not None and s.values else -1
+            for s in scores
+        ],
+        dtype=np.int64,
     )
 
 
 def _edges(
-    candidates: Sequence[Candidate], scores: Sequence[Score | None], maximize: bool
+    candidates: Sequence[Candidate],
+    scores: Sequence[Score | None],
+    pool_binds: Sequence[bool],
+    maximize: bool,
 ) -> list[int]:
-    """The memory edges the replay judges: every one the screen predicts to run."""
-    edges = [i for i, c in enumerate(candidates) if c.edge]
+    """The memory edges the replay judges: every one whose KV pool can bind that the
+    screen predicts to run."""
+    edges = [i for i, c in enumerate(candidates) if c.edge and pool_binds[i]]
     values = _rank_values([scores[i] for i in edges], maximize)
     return [edges[i] for i in np.argsort(-values, kind="stable") if np.isfinite(values[i])]
 

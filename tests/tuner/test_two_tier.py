@@ -52,7 +52,7 @@ def value(scored: Score | None) -> float:
 def test_the_screen_ranks_like_the_replay_and_keeps_its_best_in_the_short_list() -> None:
     found, sim = lattice(), oracle()
     configs = [c.config for c in found]
-    screened, replayed = sim.screen(configs), predict_all(sim, configs)
+    screened, replayed = sim.screen(configs).scores, predict_all(sim, configs)
     assert len(screened) == len(configs)
     screen_values = np.array([value(s) for s in screened])
     replay_values = np.array([value(s) for s in replayed])
@@ -92,6 +92,22 @@ def test_the_short_list_counts_configs_predicted_alike_once() -> None:
     ]
     assert shortlist(scores, maximize=True, size=2) == [[3], [0, 1, 2]]
     assert shortlist(scores, maximize=True, size=3) == [[3], [0, 1, 2], [5]]
+    # Past those that run within the slack, the nearest to the limits fill the list.
+    assert shortlist(scores, maximize=True, size=4) == [[3], [0, 1, 2], [5], [4]]
+
+
+def test_a_load_no_config_serves_short_lists_the_nearest_to_the_limits() -> None:
+    """A plan's one replica for a whole team: every config misses the SLO past the slack;
+    the replay judges those the screen puts nearest, not none (else the guide replays the
+    nearest one by one, each time it picks)."""
+
+    def missing(ttft_margin: float, value: float = 50.0) -> Score:
+        return Score(
+            values=[value], constraints={"oom": -0.1, "slo:ttft_p95": ttft_margin}, outcome="ok"
+        )
+
+    scores = [missing(3.0), missing(0.8), missing(9.0, value=90.0), missing(0.8), missing(1.5)]
+    assert shortlist(scores, maximize=True, size=2) == [[1, 3], [4]]
 
 
 def test_lattice_neighbours_are_one_step_along_one_knob() -> None:

@@ -31,7 +31,7 @@ from autotune.sim.virtual.shared_runs import SharedRuns, run_key
 from autotune.vocabulary import Failure, FailureClass, ServerStats, StartupReport
 from autotune.workload.plan import WorkloadPlan
 
-PLAN_RENDERERS = 4  # plans whose tokenized prompts are kept between predictions
+PLAN_RENDERERS = 4  # workloads whose tokenized prompts are kept between predictions
 
 
 AGENT_SOURCES = frozenset({"claudecode", "weka", "recorder", "anthropic-log"})
@@ -73,9 +73,15 @@ def process_shared_runs() -> SharedRuns:
     return SharedRuns()
 
 
+def plan_renderer(plan: WorkloadPlan) -> PromptRenderer:
+    """The renderer kept for ``plan``'s workload file and tokenizer: the plans cut from one
+    workload (a fleet's replicas, each with a share of its sessions) render each text once.
+    Its caches are keyed by the texts themselves, so sharing is always safe."""
+    return _workload_renderer((plan.digest, plan.token_space))
+
+
 @functools.lru_cache(maxsize=PLAN_RENDERERS)
-def plan_renderer(plan_key: tuple[str, str, str, int]) -> PromptRenderer:
-    """A renderer per recent plan: its caches are message texts, so sharing is always safe."""
+def _workload_renderer(workload: tuple[str, str]) -> PromptRenderer:
     return PromptRenderer()
 
 
@@ -189,7 +195,7 @@ def predict(
     found = shared.find(key, engine, startup_report(memory))
     if found is not None:
         return found
-    prediction = _replay(engine, plan, load, slo, renderer or plan_renderer(plan_key))
+    prediction = _replay(engine, plan, load, slo, renderer or plan_renderer(plan))
     prediction.expected_error = expected_error
     shared.keep(key, engine, prediction)
     return prediction
