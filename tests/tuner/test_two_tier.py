@@ -166,3 +166,38 @@ def test_the_guide_replays_the_short_list_and_the_climb_then_what_it_seeds(monke
     assert not guide.screened[indices].any()  # every seed was replayed before it was handed out
     assert all(seed.key in cache for seed in seeds)
     assert guide.replayed_now > guide.replayed - 3
+
+
+def test_a_settled_replay_speaks_for_the_configs_the_screen_predicts_alike(monkeypatch) -> None:
+    """A plan's H100 tuning at an SLO's edge: the screen put a row of configs within the
+    limit and the replay, one at a time, each 5% past it: 237 replays before the pick held.
+    Once one is replayed, those the screen predicts exactly alike take its replay (still
+    marked screened, replayed themselves only when picked). Here max-num-seqs 8, 16 and 32
+    under fewer requests in flight, ranked lowest first so that the short list of one
+    leaves them to the screen."""
+    monkeypatch.setattr(two_tier, "SHORTLIST_MIN", 1)
+    monkeypatch.setattr(two_tier, "CLIMB_MIN", 0)
+    sim, cache = oracle(), {}
+    guide = build_guide(
+        load_space(REPO / "tests" / "e2e" / "data" / "plateau-seqs.yaml"),
+        model=SIM_MODEL,
+        engine_version=None,
+        prescreen=make_prescreen(hardware=HARDWARE, sim_model=SIM_MODEL),
+        oracle=sim,
+        maximize=False,
+        cache=cache,
+    )
+    assert guide.screened is not None and guide.alike is not None and guide.scores is not None
+    by_seqs = {c.params["max_num_seqs"]: i for i, c in enumerate(guide.candidates)}
+    first, *twins = [by_seqs[seqs] for seqs in (8, 16, 32)]
+    assert len(set(guide.alike[[first, *twins]])) == 1  # the screen cannot tell them apart
+    assert all(guide.screened[[first, *twins]])
+    assert not any(guide.candidates[i].key in cache for i in (first, *twins))
+    replays = guide.replayed_now
+    assert guide.settle([first])
+    assert guide.replayed_now == replays + 1
+    replayed = cache[guide.candidates[first].key]
+    assert replayed is not None and not guide.screened[first]
+    for twin in twins:
+        assert guide.screened[twin] and guide.candidates[twin].key not in cache
+        assert guide.scores[twin] is replayed
