@@ -81,7 +81,7 @@ def measure(name: str, spec, oracle: SimOracle, sample: int, space=None, prescre
     tiers = predict_two_tier(oracle, candidates, cache, maximize=True)
     two_tier_s = time.monotonic() - started
     started = time.monotonic()
-    screened = oracle.screen(configs).scores
+    screened = oracle.screen(configs)
     screen_s = time.monotonic() - started
     forget_replays()
     started = time.monotonic()

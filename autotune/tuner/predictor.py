@@ -76,35 +76,24 @@ class SimOracle:
         prediction = self.predict(config)
         return None if prediction is None else score_prediction(self.goal, prediction)
 
-    def screen(self, configs: Sequence[TrialConfig]) -> ScreenScores:
+    def screen(self, configs: Sequence[TrialConfig]) -> list[Score | None]:
         """The screen's scores of ``configs`` (``sim/virtual/screen/``: well under a
-        millisecond a config, a ranking to pick what the replay judges)."""
+        millisecond a config, a ranking to pick what the replay judges); None where the
+        simulator cannot model a config."""
         sims = [self.sim_config(config) for config in configs]
         modelled = [sim for sim in sims if sim is not None]
-        screened = screen(
-            modelled,
-            self.plan,
-            self.load,
-            slo=request_slo(self.goal.slos),
-            calibration=self.calibration,
-            acceptance=catalog_acceptance(self.sim_model, self.plan),
-            renderer=plan_renderer(self.plan),
+        screened = iter(
+            screen(
+                modelled,
+                self.plan,
+                self.load,
+                slo=request_slo(self.goal.slos),
+                calibration=self.calibration,
+                acceptance=catalog_acceptance(self.sim_model, self.plan),
+                renderer=plan_renderer(self.plan),
+            )
         )
-        found = iter(screened)
-        each = [None if sim is None else next(found) for sim in sims]
-        return ScreenScores(
-            [None if one is None else score_screened(self.goal, one) for one in each],
-            [one is not None and one.pool_binds for one in each],
-        )
-
-
-@dataclass(frozen=True)
-class ScreenScores:
-    """The screen's scores of a list of configs, in order (None where the simulator
-    cannot model one), and which of them have a KV pool that can bind."""
-
-    scores: list[Score | None]
-    pool_binds: list[bool]
+        return [None if sim is None else score_screened(self.goal, next(screened)) for sim in sims]
 
 
 def score_prediction(goal: Goal, prediction: Prediction) -> Score:

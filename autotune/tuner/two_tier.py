@@ -153,14 +153,14 @@ def predict_two_tier(
     replays' safety stop."""
     keys = [c.key for c in candidates]
     missing = [i for i, key in enumerate(keys) if key not in cache]
-    screening = oracle.screen([c.config for c in candidates]) if missing else None
-    screened_scores = screening.scores if screening else [None] * len(keys)
-    pool_binds = screening.pool_binds if screening else [False] * len(keys)
+    screened_scores: list[Score | None] = (
+        oracle.screen([c.config for c in candidates]) if missing else [None] * len(keys)
+    )
     size = shortlist_size(len(keys)) if shortlist_configs is None else shortlist_configs
     judging = _Judge(oracle, candidates, cache, deadline)
     groups = shortlist(screened_scores, maximize, size) if missing else []
     judging.judge(group[0] for group in groups)  # the others are predicted alike
-    edges = _edges(candidates, screened_scores, pool_binds, maximize) if missing else []
+    edges = _edges(candidates, screened_scores, maximize) if missing else []
     judging.judge(edges)
     budget = max(len(groups), CLIMB_MIN)
     climbed = _climb(judging, candidates, maximize, budget=budget) if missing else 0
@@ -206,14 +206,10 @@ def alike_ids(scores: Sequence[Score | None]) -> np.ndarray:
 
 
 def _edges(
-    candidates: Sequence[Candidate],
-    scores: Sequence[Score | None],
-    pool_binds: Sequence[bool],
-    maximize: bool,
+    candidates: Sequence[Candidate], scores: Sequence[Score | None], maximize: bool
 ) -> list[int]:
-    """The memory edges the replay judges: every one whose KV pool can bind that the
-    screen predicts to run."""
-    edges = [i for i, c in enumerate(candidates) if c.edge and pool_binds[i]]
+    """The memory edges the replay judges: every one the screen predicts to run."""
+    edges = [i for i, c in enumerate(candidates) if c.edge]
     values = _rank_values([scores[i] for i in edges], maximize)
     return [edges[i] for i in np.argsort(-values, kind="stable") if np.isfinite(values[i])]
 

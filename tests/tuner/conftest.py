@@ -29,13 +29,11 @@ def case(tmp_path_factory: pytest.TempPathFactory) -> tuple[StudySpec, dict]:
     return longctx_spec(tmp_path_factory, DATA / "refine-longctx.yaml"), {}
 
 
-def longctx_spec(
-    tmp_path_factory: pytest.TempPathFactory, space: Path, max_context: int = 60_000
-) -> StudySpec:
+def longctx_spec(tmp_path_factory: pytest.TempPathFactory, space: Path) -> StudySpec:
     """`autotune run`'s setup of ``space`` on an RTX 4090 24 GB with Claude Code traffic
-    up to ``max_context`` tokens of context."""
+    up to 60k context."""
     workload = tmp_path_factory.mktemp("longctx") / "cc-long.jsonl"
-    params = ClaudeCodeParams(sessions=4, seed=1, max_context=max_context)
+    params = ClaudeCodeParams(sessions=4, seed=1, max_context=60_000)
     write_workload(workload, claudecode(params).records())
     return prepare_study(
         RunOptions(

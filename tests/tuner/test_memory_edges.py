@@ -106,12 +106,11 @@ def test_every_edge_runs_in_the_replay_beside_a_full_chunk_for_every_seat(
         assert prediction is not None and prediction.failure is None, edge.params
 
 
-def test_the_warm_start_replays_every_memory_edge_whose_pool_binds(
+def test_the_warm_start_replays_every_memory_edge_whatever_the_screen_says(
     edge_case: StudySpec, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Where memory is tight the screen is blind (no preemption, no thrash): the replay
-    judges every edge whose KV pool can bind beside a short list of one, whatever the
-    screen ranks it."""
+    judges every edge beside a short list of one."""
     from autotune.tuner import two_tier
 
     monkeypatch.setattr(two_tier, "SHORTLIST_MIN", 1)
@@ -124,30 +123,5 @@ def test_the_warm_start_replays_every_memory_edge_whose_pool_binds(
     cache: dict = {}
     tiers = two_tier.predict_two_tier(spec.oracle, candidates, cache, maximize=True)
     edges = [c for c in candidates if c.edge]
-    assert all(spec.oracle.screen([c.config for c in edges]).pool_binds)
     assert tiers.edges == len(edges) == 4
     assert all(c.key in cache for c in edges)
-
-
-def test_an_edge_whose_pool_holds_every_context_is_left_to_the_screens_rank(
-    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The same space under traffic up to 20k context: 2.5 GiB of KV holds every context
-    at once, the screen models such a pool as the replay does, and an edge is a chunk
-    like any other: the short list takes it by its rank, no replay beside it."""
-    from autotune.tuner import two_tier
-
-    monkeypatch.setattr(two_tier, "SHORTLIST_MIN", 1)
-    monkeypatch.setattr(two_tier, "CLIMB_MIN", 0)
-    spec = longctx_spec(tmp_path_factory, DATA / "edge-longctx.yaml", max_context=20_000)
-    assert spec.oracle is not None
-    candidates = enumerate_effective(
-        spec.space, model=spec.model, engine_version=None, prescreen=spec.prescreen
-    )
-    edges = [c for c in candidates if c.edge]
-    assert len(edges) == 4
-    assert not any(spec.oracle.screen([c.config for c in edges]).pool_binds)
-    cache: dict = {}
-    tiers = two_tier.predict_two_tier(spec.oracle, candidates, cache, maximize=True)
-    assert tiers.edges == 0
-    assert tiers.replayed == 1 + tiers.climbed  # the short list's one, and its climb

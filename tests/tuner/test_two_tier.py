@@ -52,7 +52,7 @@ def value(scored: Score | None) -> float:
 def test_the_screen_ranks_like_the_replay_and_keeps_its_best_in_the_short_list() -> None:
     found, sim = lattice(), oracle()
     configs = [c.config for c in found]
-    screened, replayed = sim.screen(configs).scores, predict_all(sim, configs)
+    screened, replayed = sim.screen(configs), predict_all(sim, configs)
     assert len(screened) == len(configs)
     screen_values = np.array([value(s) for s in screened])
     replay_values = np.array([value(s) for s in replayed])

@@ -13,7 +13,6 @@ from autotune.sim.model.memory import MemoryReport, plan_memory
 from autotune.sim.model.prompt import PromptRenderer
 from autotune.sim.virtual.screen.queue import Queue
 from autotune.sim.virtual.screen.terms import (
-    AMPLE_POOL_TOKENS,
     ConfigTerms,
     StepCosts,
     as_queued,
@@ -35,9 +34,6 @@ class Screened:
     memory: MemoryReport
     failure: FailureClass | None
     stats: ReplayStats | None
-    # The KV pool can bind: it cannot hold every context the traffic may put in it at
-    # once. There the screen is least sure (it models no preemption or thrash).
-    pool_binds: bool = False
 
 
 def screen(
@@ -67,10 +63,8 @@ def screen(
     distinct: dict[tuple, int] = {}
     queued_terms: list[ConfigTerms] = []
     slot_of: list[int] = []
-    binds: list[bool] = []
     for _, terms in runnable:
         canonical = as_queued(terms, traffic)
-        binds.append(canonical.pool_tokens != AMPLE_POOL_TOKENS)
         key = queue_key(canonical)
         if key not in distinct:
             distinct[key] = len(queued_terms)
@@ -80,7 +74,7 @@ def screen(
     queued: list[tuple[ReplayStats, float, float]] = []
     for start in range(0, len(queued_terms), block_size):
         queued += Queue(queued_terms[start : start + block_size], traffic).run(slo)
-    for (index, terms), slot, pool_binds in zip(runnable, slot_of, binds, strict=True):
+    for (index, terms), slot in zip(runnable, slot_of, strict=True):
         stats, running, step_tokens = queued[slot]
         memory = terms.memory
         seqs = min(float(memory.max_num_seqs), running)
@@ -89,7 +83,7 @@ def screen(
             + memory.transient_bytes_per_seq * seqs
         )
         if transient > memory.headroom_bytes:  # the largest step outgrows the headroom
-            results[index] = Screened(memory, FailureClass.CUDA_OOM_LOAD, None, pool_binds)
+            results[index] = Screened(memory, FailureClass.CUDA_OOM_LOAD, None)
         else:
-            results[index] = Screened(memory, None, stats, pool_binds)
+            results[index] = Screened(memory, None, stats)
     return [result for result in results if result is not None]
