@@ -9,12 +9,12 @@ cache has no replay of, then the replay judges, into the cache:
   exactly alike (a KV pool that never fills, at every size) the replay judges the one
   the screen ranks first, and the others take its figures until they are replayed;
 - the memory edges (``lattice``: the largest prefill chunk that fits beside a row's
-  lattice points) whose KV pool can bind, every one the screen predicts to run: where
-  memory is tight the screen is near-blind (its rank correlation 0.08 on such a card),
-  and there a chunk past a lattice point can cross into another regime (a 24 GB card
-  with 8 Claude Code sessions: 2.5 GiB of fp8 KV with MTP 2 and max-num-seqs 2 screened
-  at 20 tok/s, replayed at 39.7 from 1,632 batched tokens on). An edge whose pool holds
-  every context at once is a chunk like any other: the short list takes it by its rank;
+  lattice points), every one the screen predicts to run: where memory is tight the
+  screen is near-blind (its rank correlation 0.08 on such a card), and there a chunk past
+  a lattice point can cross into another regime (a 24 GB card with 8 Claude Code
+  sessions: 2.5 GiB of fp8 KV with MTP 2 and max-num-seqs 2 screened at 20 tok/s,
+  replayed at 39.7 from 1,632 batched tokens on). Replaying only the edges whose KV pool
+  can bind cost the tuner launches on a large card (docs/benchmarks.md): every one stays;
 - the climb: the lattice neighbours (one step along one knob) of the replay's best
   ``CLIMB_STARTS`` distinct predictions and of any other within ``CLIMB_WITHIN`` of the
   best, again while they change, at most as many configs as the short list took
