@@ -169,7 +169,7 @@ class Guide:
         (``tuner.backoff``): their predictions stand, but none is proposed."""
         if self.backoff.floor is None:  # no OOM launch yet: the usual case
             return np.zeros(len(self.candidates), dtype=bool)
-        return np.array([self.backoff.presumes_oom(c.memory) for c in self.candidates], bool)
+        return self.backoff.presumed([c.memory for c in self.candidates])
 
     def ruled_out(self, keys: set[str]) -> np.ndarray:
         """Mask of the candidates not to propose: one of ``keys`` or alike one

@@ -27,7 +27,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config.space import SearchSpace
 from autotune.trial.record import TrialRecord
-from autotune.trial.run import Prescreen
+from autotune.trial.run import MemoryEstimate, Prescreen
 from autotune.tuner.acceptance import Recalibration
 from autotune.tuner.backoff import MemoryBackoff
 from autotune.tuner.confirm import (
@@ -489,6 +489,9 @@ class Tuner:
         oom = stored.failure is not None and stored.failure.failure_class.is_oom
         if oom and self.settings.backoff:
             self._back_off(key, dict(trial.params))
+        ran = measured and stored.failure is None and not _stopped_early(stored)
+        if ran and (memory := self._memory_of(key, dict(trial.params))) is not None:
+            self.backoff.learn_ran(memory)
         self.index.add(
             key,
             params=dict(trial.params),
@@ -502,18 +505,21 @@ class Tuner:
     def _back_off(self, key: str, params: dict[str, Any]) -> None:
         """A launch of ``key`` ran out of memory: configs predicted to leave less headroom
         than it (and ``backoff.BACKOFF``) are not proposed from now on."""
-        guide = self.guide
-        if guide is None:
-            return
-        found = guide.by_key.get(key)
-        if found is not None:
-            memory = guide.candidates[found].memory
-        else:  # off the lattice: a refinement or a neighbour
-            point = self.refiner.candidate(params) if self.refiner is not None else None
-            memory = None if point is None else point.memory
+        memory = self._memory_of(key, params)
         if memory is not None and self.backoff.learn(memory.margin):
             self._say(self.backoff.describe())
             self._retreat_edges()
+
+    def _memory_of(self, key: str, params: dict[str, Any]) -> MemoryEstimate | None:
+        """The memory model's estimate for a launched config (None without a guide)."""
+        if self.guide is None:
+            return None
+        found = self.guide.by_key.get(key)
+        if found is not None:
+            return self.guide.candidates[found].memory
+        # off the lattice: a refinement or a neighbour
+        point = self.refiner.candidate(params) if self.refiner is not None else None
+        return None if point is None else point.memory
 
     def _retreat_edges(self) -> None:
         """The best memory edges the back-off now rules out retreat to the largest chunk
@@ -578,3 +584,9 @@ class Tuner:
         if guide.cached:
             line += f" ({guide.cached:,} of the replays from the prediction cache)"
         return line
+
+
+def _stopped_early(stored: TrialRecord) -> bool:
+    """Whether a trial's replay stopped before its load was through (pruned, say): it
+    may not have met the load's largest transient."""
+    return stored.replay is not None and stored.replay.stopped_early is not None

@@ -10,15 +10,18 @@ from pathlib import Path
 import optuna
 import pytest
 
+from autotune.config.space import SEARCH_SPACES_DIR, load_space
 from autotune.config.trial_config import TrialConfig
 from autotune.study import StudySpec
+from autotune.trial.prescreen import make_prescreen
 from autotune.trial.record import TrialRecord
-from autotune.trial.run import TrialResult
-from autotune.tuner.backoff import BACKOFF
+from autotune.trial.run import MemoryEstimate, TrialResult, derive_config
+from autotune.tuner.backoff import BACKOFF, MemoryBackoff
 from autotune.tuner.settings import TunerSettings
 from autotune.vocabulary import Failure, FailureClass, Outcome
 from tests.tuner.conftest import run_small_study
 
+QWEN = SEARCH_SPACES_DIR / "qwen3.6-27b-awq.yaml"
 TRUE_EDGE = -0.06  # the truth OOMs where the model predicts less than 6% of the card free
 
 
@@ -81,3 +84,38 @@ def test_one_oom_launch_moves_the_edge_for_the_rest_of_the_study_and_its_resume(
     # A resumed run learns the same edge from the stored trials.
     resumed = _launches(_run(tmp_path, trials=18))[len(launches) :]
     assert len(resumed) >= 5 and all(margin < edge and not oom for margin, oom in resumed)
+
+
+def _estimate(**params: object) -> MemoryEstimate:
+    """The memory model's estimate of a config of the shipped Qwen space on the README's
+    32 GB card with its sample workload's longest prompt."""
+    space = load_space(QWEN)
+    prescreen = make_prescreen(
+        hardware="rtx4080s-32g", sim_model="qwen3.6-27b-awq", max_prompt_tokens=20_000
+    )
+    base = {"kv_cache_dtype": "auto", "lmcache": False, "mtp_k": 3}
+    config = derive_config(
+        space, base | params, model="qwen3.6-27b-awq", engine_version=None, prescreen=prescreen
+    )
+    estimate = prescreen(config)
+    assert estimate is not None and estimate.fits
+    return estimate
+
+
+def test_a_launch_that_ran_keeps_configs_needing_less_memory_than_it_proposable() -> None:
+    """README adverse: one OOM of a large prefill chunk (8 GiB, 5,142 tokens) set a floor
+    that ruled out every config as tight as the leader (11 GiB of KV, 8 seats, 1,024
+    tokens), which ran: its neighbour with 6 seats, truly 3% faster, was never launched.
+    A config that needs more of one kind (a larger chunk's activations) stays ruled out."""
+    ran = _estimate(kv_cache_memory_gib=11.0, max_num_seqs=8, max_num_batched_tokens=1024)
+    oom = _estimate(kv_cache_memory_gib=8.0, max_num_seqs=4, max_num_batched_tokens=5142)
+    fewer_seats = _estimate(kv_cache_memory_gib=11.0, max_num_seqs=6, max_num_batched_tokens=1024)
+    larger_chunk = _estimate(kv_cache_memory_gib=10.75, max_num_seqs=8, max_num_batched_tokens=1300)
+    backoff = MemoryBackoff()
+    backoff.learn_ran(ran)
+    assert backoff.learn(oom.margin)
+    # All three are past the floor the OOM set: the margin alone rules them out.
+    assert min(ran.margin, fewer_seats.margin, larger_chunk.margin) >= backoff.floor
+    assert not backoff.presumes_oom(fewer_seats)  # needs less of every kind than what ran
+    assert backoff.presumes_oom(larger_chunk)  # less KV but a larger chunk: not vouched for
+    assert list(backoff.presumed([fewer_seats, larger_chunk, None])) == [False, True, False]
