@@ -395,13 +395,25 @@ class Tuner:
         return Role(dict(entry.params), confirms=entry.first_trial)
 
     def _next_seed(self) -> Role | None:
+        """The next warm-start seed not launched yet, nor alike a launched or proposed
+        config (an overtaking config, say, a twin of a seed one categorical apart: fp8
+        e4m3 beside e5m2 would measure the same behaviour twice)."""
         for rank, candidate in enumerate(self._seeds, start=1):
             taken = self.index.by_key.keys() | self.index.pending | self._proposed
             if candidate.key in taken or self.backoff.presumes_oom(candidate.memory):
                 continue
+            if self._alike_any(candidate, taken):
+                continue
             self._proposed.add(candidate.key)
             return Role(dict(candidate.params), warm_start=rank)
         return None
+
+    def _alike_any(self, candidate: Candidate, keys: set[str]) -> bool:
+        """Whether the guide predicts ``candidate`` to behave like one of ``keys``."""
+        guide = self.guide
+        if guide is None or candidate.key not in guide.by_key:
+            return False
+        return bool(guide.equivalent_to(keys)[guide.by_key[candidate.key]])
 
     def role_of(self, number: int) -> Role | None:
         """The role the tuner gave trial ``number`` (None: enqueued or the sampler's pick)."""
