@@ -74,11 +74,11 @@ class MemoryBackoff:
         )
         if not self.ran or not past.any():
             return past
-        rows = [i for i in np.flatnonzero(past) if (needs := _needs(memories[i])) is not None]
+        found = {i: _needs(memories[i]) for i in np.flatnonzero(past)}  # type: ignore[arg-type]
+        rows = [i for i, needs in found.items() if needs is not None]
         if rows:
-            needs = np.array([_needs(memories[i]) for i in rows])  # type: ignore[arg-type]
-            ran = np.array(self.ran)
-            covered = (needs[:, None, :] <= ran[None, :, :]).all(axis=2).any(axis=1)
+            needs = np.array([found[i] for i in rows])
+            covered = (needs[:, None, :] <= np.array(self.ran)[None]).all(axis=2).any(axis=1)
             past[np.array(rows)[covered]] = False
         return past
 

@@ -502,7 +502,8 @@ class Tuner:
         if oom and self.settings.backoff:
             self._back_off(key, dict(trial.params))
         ran = measured and stored.failure is None and not _stopped_early(stored)
-        if ran and (memory := self._memory_of(key, dict(trial.params))) is not None:
+        memory = self._memory_of(key, dict(trial.params)) if ran and self.settings.backoff else None
+        if memory is not None:
             self.backoff.learn_ran(memory)
         self.index.add(
             key,
