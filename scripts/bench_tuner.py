@@ -752,6 +752,7 @@ STRATEGIES: dict[str, tuple[str, TunerSettings]] = {
         DEFAULT.replaced(refine=not DEFAULT.refine),
     ),
     "default, no recalibration": ("guided", DEFAULT.replaced(recalibrate=False)),
+    "default, no speed recalibration": ("guided", DEFAULT.replaced(recalibrate_speed=False)),
     "default, no local search": ("guided", DEFAULT.replaced(local_search=0)),
     "default, no overtaking": ("guided", DEFAULT.replaced(overtake=False)),
     "default, re-seed after recalibration": ("guided", DEFAULT.replaced(reseed=True)),

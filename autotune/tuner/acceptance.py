@@ -13,7 +13,9 @@ oracle (``SimOracle.calibration`` with that acceptance), re-predicts the guide's
 configs with it (the two tiers of ``tuner.two_tier``: every one screened, the best
 replayed) and replaces their predicted
 utility: the sampler re-ranks, the learned residual is taken against the new values, and
-the refiner predicts with the calibrated oracle. Predictions under a calibration are
+the refiner predicts with the calibrated oracle. The card's speed, fitted to the trials'
+throughput and latencies (``tuner.speed``), rides in the same oracle: a fit taken
+re-predicts every config, not only the MTP ones. Predictions under a calibration are
 cached under a key that names it (``CalibratedCache``); rates are rounded to ``ROUND``,
 so equal estimates share their predictions.
 """
@@ -22,14 +24,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, MutableMapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from autotune.sim.model.calibration_profile import CalibrationProfile
+from autotune.config.trial_config import TrialConfig
+from autotune.replay.records import ReplayStats
 from autotune.sim.virtual.predict import catalog_acceptance
 from autotune.trial.objective import Score
 from autotune.tuner.guide import Guide, PredictionCache
 from autotune.tuner.lattice import Candidate
 from autotune.tuner.predictor import SimOracle
+from autotune.tuner.speed import NO_STEPS, SpeedFit, Steps, base_constants, scaled, with_constants
 from autotune.tuner.two_tier import predict_two_tier
 from autotune.vocabulary import ServerStats
 
@@ -91,11 +95,16 @@ def mean_length(rates: Sequence[float]) -> float:
     return 1.0 + sum(rates)
 
 
-def calibrated(oracle: SimOracle, rates: tuple[float, ...]) -> SimOracle:
-    """``oracle`` predicting with ``rates`` as its MTP acceptance (its own constants kept)."""
-    profile = oracle.calibration or CalibrationProfile(source="measured acceptance")
-    constants = profile.constants.model_copy(update={"mtp_acceptance": rates})
-    return replace(oracle, calibration=profile.model_copy(update={"constants": constants}))
+def calibrated(
+    oracle: SimOracle, rates: tuple[float, ...] | None, steps: Steps = NO_STEPS
+) -> SimOracle:
+    """``oracle`` predicting with ``rates`` as its MTP acceptance (None: its own) and its
+    efficiencies scaled by ``steps`` (``tuner.speed``); its other constants kept (its
+    profile's, else its GPU's)."""
+    constants = scaled(base_constants(oracle), steps)
+    if rates is not None:
+        constants = constants.model_copy(update={"mtp_acceptance": rates})
+    return with_constants(oracle, constants, "measured acceptance and speed")
 
 
 class CalibratedCache(MutableMapping[str, Score | None]):
@@ -123,20 +132,29 @@ class CalibratedCache(MutableMapping[str, Score | None]):
         return isinstance(key, str) and self.prefix + key in self.base
 
 
-def tag(rates: Sequence[float]) -> str:
-    return "mtp_acceptance=" + ",".join(f"{rate:.3f}" for rate in rates)
+def tag(rates: Sequence[float] | None, steps: Steps = NO_STEPS) -> str:
+    """The cache key prefix of predictions made with ``rates`` and ``steps``."""
+    parts = [] if rates is None else ["mtp_acceptance=" + ",".join(f"{r:.3f}" for r in rates)]
+    if steps != NO_STEPS:
+        parts.append("speed_steps=" + ",".join(str(step) for step in steps))
+    return ";".join(parts)
 
 
 class Recalibration:
-    """The acceptance measured so far, and the oracle and cache the guide now predicts with."""
+    """The acceptance and speed measured so far, and the oracle and cache the guide now
+    predicts with."""
 
-    def __init__(self, oracle: SimOracle, cache: PredictionCache) -> None:
+    def __init__(self, oracle: SimOracle, cache: PredictionCache, *, speed: bool = True) -> None:
         self.base_oracle, self.base_cache = oracle, cache
         self.oracle: SimOracle = oracle
         self.cache: PredictionCache = cache
         self.prior = prior_acceptance(oracle)
         self.rates = self.prior  # what the guide's predictions were made with
+        self.measured_rates: tuple[float, ...] | None = None  # ``rates``, once measured
         self.observations: dict[int, Observation] = {}  # by trial number
+        self.speed = SpeedFit(oracle) if speed else None  # the card's speed (``tuner.speed``)
+        self.steps = NO_STEPS  # the speed factors the guide's predictions were made with
+        self.moved: list[str] = []  # what the last update moved: "acceptance", "speed"
         self.repredicted = 0  # predictions made by every update
         self.updates = 0
         self.seconds = 0.0  # the last update's
@@ -144,10 +162,20 @@ class Recalibration:
         self.affected = 0  # configs the last update re-ranked
         self._speculative: dict[str, bool] = {}
 
-    def observe(self, trial: int, stats: ServerStats | None) -> None:
+    def observe(
+        self,
+        trial: int,
+        stats: ServerStats | None,
+        config: TrialConfig | None = None,
+        replay: ReplayStats | None = None,
+    ) -> None:
+        """Take what a measured trial reported: its acceptance, and (with its launch and a
+        replay that ran to the end) its speed."""
         found = observation(stats)
         if found is not None:
             self.observations[trial] = found
+        if self.speed is not None and config is not None and replay is not None:
+            self.speed.observe(trial, config, replay)
 
     def estimate(self) -> tuple[float, ...] | None:
         """The pooled acceptance, None before a measured MTP trial (or without MTP)."""
@@ -156,22 +184,33 @@ class Recalibration:
         return pooled(list(self.observations.values()), self.prior)
 
     def update(self, guide: Guide, maximize: bool) -> bool:
-        """Re-predict the guide's MTP configs when the estimate moved (the module
-        docstring); whether it did."""
-        estimate = self.estimate()
-        if estimate is None:
-            return False
-        moved = mean_length(estimate) / mean_length(self.rates) - 1.0
-        depth = max(len(o.rates) for o in self.observations.values())
-        deeper = depth > self.depth and self.updates > 0 and estimate != self.rates
-        if abs(moved) <= THRESHOLD and not deeper:
+        """Re-predict the guide when the acceptance estimate moved (its MTP configs) or
+        the card's speed was fitted anew (every config); whether it did."""
+        rates = self._moved_rates()
+        steps = self.steps
+        if self.speed is not None and self.speed.due():
+            steps = self.speed.fit(rates)
+        if rates == self.measured_rates and steps == self.steps:
             return False
         started = time.monotonic()
-        self.rates, self.updates, self.depth = estimate, self.updates + 1, depth
-        self.oracle = calibrated(self.base_oracle, estimate)
-        self.cache = CalibratedCache(self.base_cache, tag(estimate))
+        accepted_moved, speed_moved = rates != self.measured_rates, steps != self.steps
+        self.moved = [
+            name
+            for name, moved in (("acceptance", accepted_moved), ("speed", speed_moved))
+            if moved
+        ]
+        self.updates += accepted_moved
+        self.measured_rates, self.steps = rates, steps
+        self.rates = rates or self.prior
+        if rates is None and steps == NO_STEPS:  # back to the simulator as it was
+            self.oracle, self.cache = self.base_oracle, self.base_cache
+        else:
+            self.oracle = calibrated(self.base_oracle, rates, steps)
+            self.cache = CalibratedCache(self.base_cache, tag(rates, steps))
         affected = [
-            i for i, candidate in enumerate(guide.candidates) if self._is_speculative(candidate)
+            i
+            for i, candidate in enumerate(guide.candidates)
+            if speed_moved or self._is_speculative(candidate)
         ]
         tiers = predict_two_tier(
             self.oracle, [guide.candidates[i] for i in affected], self.cache, maximize=maximize
@@ -185,6 +224,21 @@ class Recalibration:
         self.seconds = time.monotonic() - started
         return True
 
+    def _moved_rates(self) -> tuple[float, ...] | None:
+        """The acceptance to predict with: the estimate once it moved the mean accepted
+        length by more than ``THRESHOLD`` (or measured a position the last one
+        extrapolated), else the one the guide predicts with (None: the oracle's own)."""
+        estimate = self.estimate()
+        if estimate is None:
+            return self.measured_rates
+        moved = mean_length(estimate) / mean_length(self.rates) - 1.0
+        depth = max(len(o.rates) for o in self.observations.values())
+        deeper = depth > self.depth and self.updates > 0 and estimate != self.rates
+        if abs(moved) <= THRESHOLD and not deeper:
+            return self.measured_rates
+        self.depth = depth
+        return estimate
+
     def _is_speculative(self, candidate: Candidate) -> bool:
         if candidate.key not in self._speculative:
             sim = self.base_oracle.sim_config(candidate.config)
@@ -192,12 +246,18 @@ class Recalibration:
         return self._speculative[candidate.key]
 
     def describe(self) -> str:
-        """One line: the estimate against what the simulator assumed."""
-        rates = "/".join(f"{rate:.2f}" for rate in self.rates)
-        prior = "/".join(f"{rate:.2f}" for rate in self.prior)
+        """One line: what the last update moved, against what the simulator assumed."""
+        said = []
+        if "acceptance" in self.moved:
+            rates = "/".join(f"{rate:.2f}" for rate in self.rates)
+            prior = "/".join(f"{rate:.2f}" for rate in self.prior)
+            said.append(
+                f"MTP acceptance per draft position {rates} (measured over "
+                f"{len(self.observations)} trials; the simulator assumed {prior})"
+            )
+        if "speed" in self.moved and self.speed is not None:
+            said.append(self.speed.describe())
         return (
-            f"recalibrated: MTP acceptance per draft position {rates} (measured over "
-            f"{len(self.observations)} trials; the simulator assumed {prior}); "
-            f"{self.affected:,} MTP configs re-screened, {self.repredicted:,} replayed, in "
-            f"{self.seconds:.1f} s"
+            f"recalibrated: {'; '.join(said)}; {self.affected:,} configs re-screened, "
+            f"{self.repredicted:,} replayed, in {self.seconds:.1f} s"
         )

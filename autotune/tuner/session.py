@@ -146,15 +146,20 @@ class Tuner:
             if settings.edge_search and settings.backoff and self.refiner is not None:
                 self.edges = EdgeSearch(self.refiner)
             if settings.recalibrate:
-                self.recalibration = Recalibration(oracle, cache)
+                self.recalibration = Recalibration(oracle, cache, speed=settings.recalibrate_speed)
 
     def recalibrate(self) -> bool:
         """Re-predict the guide's MTP configs when the acceptance measured so far moved
-        (``tuner.acceptance``); the refiner predicts with the recalibrated simulator too.
+        (``tuner.acceptance``), every config when the card's speed was fitted anew
+        (``tuner.speed``); the refiner predicts with the recalibrated simulator too.
         Seeds already chosen stay; what the sampler picks next uses the new ranking."""
-        found = self.recalibration
-        if found is None or self.guide is None or not found.update(self.guide, self.maximize):
+        found, guide = self.recalibration, self.guide
+        if found is None or guide is None or not found.update(guide, self.maximize):
             return False
+        # The learned residual compares each measurement with its config's prediction: a
+        # launched config the update left to the screen is replayed (the screen ranks; its
+        # error on one config, off the lattice, reached a factor of 3 on cc-traces-24g).
+        guide.settle([guide.by_key[key] for key in self.index.by_key if key in guide.by_key])
         if self.refiner is not None:
             self.refiner.use(found.oracle, found.cache)
         if self.settings.reseed:
@@ -496,12 +501,17 @@ class Tuner:
     ) -> None:
         measured = bool(trial.user_attrs.get("measured")) and values is not None
         stored = TrialRecord.read(trial.user_attrs)
+        ran = measured and stored.failure is None and not _stopped_early(stored)
         if measured and self.recalibration is not None:
-            self.recalibration.observe(trial.number, stored.server_stats)
+            self.recalibration.observe(
+                trial.number,
+                stored.server_stats,
+                stored.config if ran else None,
+                stored.replay if ran else None,
+            )
         oom = stored.failure is not None and stored.failure.failure_class.is_oom
         if oom and self.settings.backoff:
             self._back_off(key, dict(trial.params))
-        ran = measured and stored.failure is None and not _stopped_early(stored)
         memory = self._memory_of(key, dict(trial.params)) if ran and self.settings.backoff else None
         if memory is not None:
             self.backoff.learn_ran(memory)

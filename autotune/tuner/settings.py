@@ -36,6 +36,8 @@ class TunerSettings(BaseModel):
     refine: bool = True  # after each new measurement, add off-lattice configs near the best
     overtake: bool = True  # once a seed is measured, the best estimate launches next
     recalibrate: bool = True  # re-predict MTP configs with the acceptance trials measured
+    # ... and every config with the card's speed fitted to the trials (needs recalibrate)
+    recalibrate_speed: bool = True
     reseed: bool = False  # after a recalibration, seeds not launched yet follow the new ranking
     local_search: int = Field(default=4, ge=0)  # tail launches of the leaders' neighbours
     dedup: bool = True  # never launch a measured effective config again
