@@ -31,7 +31,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from autotune.calibration.fit import NOISE
 from autotune.config.trial_config import TrialConfig
 from autotune.replay.records import ReplayStats
 from autotune.sim.model.calibration_profile import CalibrationProfile
@@ -44,6 +43,7 @@ FITTED = (("bandwidth_efficiency",), ("compute_efficiency", "prefill_compute_eff
 STEP = 0.05  # the grid's step on each log factor (about 5%)
 MAX_STEPS = 14  # the walk goes at most this many steps from 1.0 (a factor of 2)
 PRIOR_SD = 0.3  # the catalog's efficiencies are off by up to ~30% between cards
+NOISE = 0.04  # one measured figure's run-to-run noise, log scale (as `sim calibrate` takes it)
 EVIDENCE = 9.21  # chi-square 0.99 quantile, 2 degrees of freedom
 # A fit replaces the one taken only when it explains the figures this much better (twice
 # the log-likelihood ratio; a neighbour on the grid within the noise does not re-rank).
