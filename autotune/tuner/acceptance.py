@@ -33,7 +33,7 @@ from autotune.trial.objective import Score
 from autotune.tuner.guide import Guide, PredictionCache
 from autotune.tuner.lattice import Candidate
 from autotune.tuner.predictor import SimOracle
-from autotune.tuner.speed import NO_STEPS, SpeedFit, Steps, base_constants, scaled, with_constants
+from autotune.tuner.speed import NO_STEPS, SpeedFit, Steps, calibrated
 from autotune.tuner.two_tier import predict_two_tier
 from autotune.vocabulary import ServerStats
 
@@ -93,18 +93,6 @@ def pooled(observations: Sequence[Observation], prior: Sequence[float]) -> tuple
 def mean_length(rates: Sequence[float]) -> float:
     """Mean accepted tokens per step (vLLM's mean acceptance length) at full depth."""
     return 1.0 + sum(rates)
-
-
-def calibrated(
-    oracle: SimOracle, rates: tuple[float, ...] | None, steps: Steps = NO_STEPS
-) -> SimOracle:
-    """``oracle`` predicting with ``rates`` as its MTP acceptance (None: its own) and its
-    efficiencies scaled by ``steps`` (``tuner.speed``); its other constants kept (its
-    profile's, else its GPU's)."""
-    constants = scaled(base_constants(oracle), steps)
-    if rates is not None:
-        constants = constants.model_copy(update={"mtp_acceptance": rates})
-    return with_constants(oracle, constants, "measured acceptance and speed")
 
 
 class CalibratedCache(MutableMapping[str, Score | None]):

@@ -93,6 +93,18 @@ def with_constants(oracle: SimOracle, constants: SpeedConstants, source: str) ->
     return replace(oracle, calibration=profile.model_copy(update={"constants": constants}))
 
 
+def calibrated(
+    oracle: SimOracle, rates: tuple[float, ...] | None, steps: Steps = NO_STEPS
+) -> SimOracle:
+    """``oracle`` predicting with ``rates`` as its MTP acceptance (None: its own) and its
+    efficiencies scaled by ``steps``; its other constants kept (its profile's, else its
+    GPU's)."""
+    constants = scaled(base_constants(oracle), steps)
+    if rates is not None:
+        constants = constants.model_copy(update={"mtp_acceptance": rates})
+    return with_constants(oracle, constants, "measured acceptance and speed")
+
+
 def factors(steps: Steps) -> tuple[float, ...]:
     return tuple(math.exp(STEP * step) for step in steps)
 
@@ -105,7 +117,6 @@ class SpeedFit:
         self.samples: dict[int, Sample] = {}  # by trial number
         self.steps: Steps = NO_STEPS  # the last fit taken
         self.fitted_on = 0  # samples behind the last fit (taken or not)
-        self.predictions = 0  # predictions the fits made
         self._memo: dict[tuple, tuple[float | None, ...] | None] = {}
 
     def observe(self, trial: int, config: TrialConfig, stats: ReplayStats) -> None:
@@ -133,7 +144,7 @@ class SpeedFit:
             near = [(here[0] + a, here[1] + b) for a, b in itertools.product((-1, 0, 1), repeat=2)]
             near = [steps for steps in near if max(map(abs, steps)) <= MAX_STEPS]
             best = min(near, key=misfit)
-            if best == here or misfit(best) >= misfit(here):
+            if misfit(best) >= misfit(here):
                 break
             here = best
         if misfit(NO_STEPS) - misfit(here) < EVIDENCE:
@@ -159,12 +170,7 @@ class SpeedFit:
     ) -> tuple[float | None, ...] | None:
         key = (config_key(config), steps, acceptance)
         if key not in self._memo:
-            constants = scaled(base_constants(self.oracle), steps)
-            if acceptance:
-                constants = constants.model_copy(update={"mtp_acceptance": acceptance})
-            oracle = with_constants(self.oracle, constants, "measured speed")
-            prediction = oracle.predict(config)
-            self.predictions += 1
+            prediction = calibrated(self.oracle, acceptance, steps).predict(config)
             ok = prediction is not None and prediction.failure is None
             self._memo[key] = figures_of(prediction.stats) if ok else None
         return self._memo[key]
