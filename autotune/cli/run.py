@@ -43,6 +43,7 @@ from autotune.engines import kill_all_servers
 from autotune.errors import InputError
 from autotune.results.reader import LoadedStudy, load_study, study_names
 from autotune.study import StudySpec, completed_count, completed_trials, run_log_path, run_study
+from autotune.study.between_trials import redeliver_swallowed_interrupts
 from autotune.study.setup import RunOptions, prepare_study
 from autotune.study.verdict import stored_verdict
 from autotune.study.workers import gpu_groups, refuse_sqlite, run_workers
@@ -305,6 +306,7 @@ def run_with_output(
     )
     display, observer = output.progress(tally, METRIC_NAMES[spec.goal.objectives[0]])
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    redeliver_swallowed_interrupts()
     try:
         with display:
             run_study(spec, observer=observer)

@@ -7,13 +7,21 @@ RUNNING trial that nothing recorded or retried: a ``kill -9`` of
 Between trials the signal only sets a flag; the next trial raises it as its
 first act, where the runner records the trial as interrupted and re-enqueues
 its config, or the loop raises it when it ends.
+
+An interrupt can also be lost outright: Python runs a signal's handler at the next
+bytecode of the main thread, and when that bytecode is inside a weakref callback, a
+``__del__`` or a fork hook, the KeyboardInterrupt it raises is printed ("Exception
+ignored in ...") and dropped; the run went on as if Ctrl-C had never been pressed (seen
+on CI). ``redeliver_swallowed_interrupts`` sends such an interrupt again.
 """
 
 from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,6 +29,9 @@ import optuna
 from optuna.trial import FrozenTrial
 
 HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# How long a dropped interrupt waits to be sent again: time for the code that dropped
+# it (a weakref callback, the unraisable hook) to return.
+REDELIVERY_DELAY_S = 0.01
 
 
 class BetweenTrials:
@@ -73,3 +84,25 @@ class BetweenTrials:
         if self.pending:
             self.pending = False
             raise KeyboardInterrupt
+
+
+def redeliver_swallowed_interrupts() -> None:
+    """From now on, a KeyboardInterrupt that Python drops as unraisable (see the module
+    docstring) is delivered again: SIGINT to the main thread, from a helper thread once
+    the code that dropped it has returned (a handler run inside this hook would be
+    dropped too). Other unraisable exceptions go to the hook before."""
+    previous = sys.unraisablehook
+    main = threading.main_thread().ident
+    assert main is not None
+
+    def deliver() -> None:
+        time.sleep(REDELIVERY_DELAY_S)
+        signal.pthread_kill(main, signal.SIGINT)
+
+    def hook(unraisable: Any) -> None:
+        if unraisable.exc_type is not None and issubclass(unraisable.exc_type, KeyboardInterrupt):
+            threading.Thread(target=deliver, name="redeliver-interrupt", daemon=True).start()
+            return
+        previous(unraisable)
+
+    sys.unraisablehook = hook
