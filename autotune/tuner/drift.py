@@ -26,7 +26,11 @@ from autotune.tuner.measured import MEASUREMENT_SD, Measured, MeasuredIndex
 # one: 0.2% a trial, 6% over a 30-trial night (a few re-measured configs with an odd run
 # among them must not read a steep drift into it).
 PRIOR_SD = 0.002
-HUBER_K = 2.0  # a run further than this many noise units from its level counts less
+# A run further than this many noise units from its level counts less: Huber's constant
+# (95% as efficient as the mean on normal noise). Run-to-run noise has heavier tails than
+# a normal's; on the harsh bench's (Student-t, 3 dof) the levels are ~7% tighter than at
+# 2.0 (docs/benchmarks.md, "Levels under heavy tails").
+HUBER_K = 1.345
 ROUNDS = 5  # reweighting rounds (each one a weighted least-squares fit)
 
 
