@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from autotune.study import StudySpec
+from autotune.tuner.guide import SAME_PREDICTION
 from autotune.tuner.settings import TunerSettings
 from tests.tuner.conftest import DATA, guided_tuner, longctx_spec
 
@@ -63,3 +64,24 @@ def test_without_the_edge_search_an_oom_at_the_edge_leaves_only_the_lattice_belo
     known = len(guide.candidates)
     tuner._back_off(best.key, dict(best.params))
     assert len(guide.candidates) == known
+
+
+def test_after_an_oom_every_edge_row_the_back_off_rules_out_retreats(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Not only the best-estimated few: a residual learned from a few launches can rank
+    the row that holds the best config low (the memory-edge bench's band, MTP 2 beside
+    two seats, twentieth after one run of MTP 2 beside 33 seats fell short)."""
+    spec = longctx_spec(tmp_path_factory, DATA / "edge-rows.yaml")
+    tuner = guided_tuner(spec, {}, TunerSettings(), n_trials=20)
+    guide = tuner.guide
+    assert guide is not None and tuner.edges is not None
+    edges = [c for c in guide.candidates if c.edge]
+    best = max(edges, key=lambda c: np.nan_to_num(guide.utility[guide.by_key[c.key]], nan=-9))
+    tuner._back_off(best.key, dict(best.params))
+    ruled_out = [c for c in edges if tuner.backoff.presumes_oom(c.memory)]
+    assert len(ruled_out) > 16  # the rows the space holds, past every edge at once
+    retreated = [guide.utility[guide.by_key[key]] for key in tuner.edges.retreated]
+    for edge in ruled_out:  # retreated, or predicted alike one that was
+        utility = guide.utility[guide.by_key[edge.key]]
+        assert min(abs(utility - u) for u in retreated) < SAME_PREDICTION, edge.params
