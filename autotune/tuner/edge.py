@@ -31,9 +31,9 @@ from autotune.tuner.lattice import CHUNK_FLAG, Candidate
 from autotune.tuner.refine import Refiner, _Knob
 
 # Edges retreated after each OOM that moves the back-off: not only the best-estimated
-# few, as a residual learned from a few launches can rank the row of the best config low
-# (on the memory-edge bench, MTP 2 beside two seats ranked past the eighth after one run
-# of MTP 2 beside 33 seats fell short; at 8, 5 of 28 studies never launched it, at 32, 3).
+# few, as the residual learned from the first launches can rank the row of the best
+# config low (on the memory-edge bench, at 8, 5 of 28 studies never launched a config
+# within 1% of the best; at 32, 3: docs/benchmarks.md, "Every edge row retreats").
 EDGE_ROWS = 32
 BISECTIONS = 12  # halvings that find a retreat (down to the knob's grid)
 
