@@ -69,9 +69,9 @@ def test_without_the_edge_search_an_oom_at_the_edge_leaves_only_the_lattice_belo
 def test_after_an_oom_every_edge_row_the_back_off_rules_out_retreats(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    """Not only the best-estimated few: a residual learned from a few launches can rank
-    the row that holds the best config low (the memory-edge bench's band, MTP 2 beside
-    two seats, twentieth after one run of MTP 2 beside 33 seats fell short)."""
+    """Not only the best-estimated few: the residual learned from the first launches can
+    rank the row that holds the best config low (the memory-edge bench's band, MTP 2
+    beside two seats, past the eighth after one run of a seed fell 12% short)."""
     spec = longctx_spec(tmp_path_factory, DATA / "edge-rows.yaml")
     tuner = guided_tuner(spec, {}, TunerSettings(), n_trials=20)
     guide = tuner.guide
