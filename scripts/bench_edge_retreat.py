@@ -14,14 +14,16 @@ its own tuner (not timed), so no retreat's replay is cached for the other.
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-WORKLOAD = REPO / "workloads" / "sample-claudecode.jsonl"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_warm_start import quick_start_options
 
 
 def retreat(rows: int, scratch: Path) -> tuple[float, int, int]:
@@ -32,16 +34,7 @@ def retreat(rows: int, scratch: Path) -> tuple[float, int, int]:
     from autotune.study.setup import RunOptions, prepare_study
 
     edge.EDGE_ROWS = rows
-    options = RunOptions(
-        objective="throughput",
-        workload=WORKLOAD,
-        engine="sim",
-        hardware="rtx4080s-32g",
-        model="qwen3.6-27b-awq",
-        trials=20,
-        slos=["ttft_p95<=20s"],
-        storage=f"sqlite:///{scratch / f'edge-{rows}.db'}",
-    )
+    options = quick_start_options(RunOptions, f"sqlite:///{scratch / f'edge-{rows}.db'}")
     spec = prepare_study(options)
     tuner = make_tuner(spec, spec.engine.version())
     guide = tuner.guide

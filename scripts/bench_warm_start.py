@@ -65,6 +65,22 @@ def _run_setup() -> tuple[Any, Any]:
     return RunOptions, prepare_study
 
 
+def quick_start_options(options_type: Any, storage: str, **more: Any) -> Any:
+    """The README quick start's ``RunOptions`` (of this tree or the baseline's), stored in
+    ``storage``; ``more`` adds or replaces fields."""
+    return options_type(
+        objective="throughput",
+        workload=WORKLOAD,
+        engine="sim",
+        hardware="rtx4080s-32g",
+        model="qwen3.6-27b-awq",
+        trials=20,
+        slos=["ttft_p95<=20s"],
+        storage=storage,
+        **more,
+    )
+
+
 def _seeded(options_type: Any, seed: int) -> dict[str, Any]:
     """The seed as ``RunOptions`` takes it: in its tuner settings, or (the baseline) itself."""
     if "tuner" in options_type.model_fields:
@@ -90,16 +106,7 @@ def measure(mode: str, scratch: Path, jobs: int | None) -> dict[str, Any]:
 
             forked.MAX_WORKERS = jobs
     storage = f"sqlite:///{scratch / 'studies.db'}"
-    options = RunOptions(
-        objective="throughput",
-        workload=WORKLOAD,
-        engine="sim",
-        hardware="rtx4080s-32g",
-        model="qwen3.6-27b-awq",
-        trials=20,
-        slos=["ttft_p95<=20s"],
-        storage=storage,
-    )
+    options = quick_start_options(RunOptions, storage)
     spec = prepare_study(options)
     cache = None
     if mode != "baseline":
@@ -174,16 +181,7 @@ def measure_what_if(scratch: Path, jobs: int | None, gpu: str = "h200-141g") -> 
         import autotune.tuner.forked as forked
 
         forked.MAX_WORKERS = jobs
-    options = RunOptions(
-        objective="throughput",
-        workload=WORKLOAD,
-        engine="sim",
-        hardware="rtx4080s-32g",
-        model="qwen3.6-27b-awq",
-        trials=20,
-        slos=["ttft_p95<=20s"],
-        storage=f"sqlite:///{scratch / 'what-if.db'}",
-    )
+    options = quick_start_options(RunOptions, f"sqlite:///{scratch / 'what-if.db'}")
     spec = prepare_study(options)  # the study's space: max-model-len as the run sized it
     plan = spec.oracle.plan
     longest = max((request.prompt_tokens for request in plan.requests), default=0)
@@ -249,16 +247,10 @@ def decisions(scratch: Path) -> list[list[Any]]:
     from autotune.study import run_study
 
     RunOptions, prepare_study = _run_setup()
-    options = RunOptions(
-        objective="throughput",
-        workload=WORKLOAD,
-        engine="sim",
-        hardware="rtx4080s-32g",
-        model="qwen3.6-27b-awq",
-        trials=20,
+    options = quick_start_options(
+        RunOptions,
+        f"sqlite:///{scratch / 'decisions.db'}",
         **_seeded(RunOptions, 1),
-        slos=["ttft_p95<=20s"],
-        storage=f"sqlite:///{scratch / 'decisions.db'}",
         artifacts_dir=scratch / "artifacts",
     )
     spec = prepare_study(options)
