@@ -46,13 +46,15 @@ warm-start seeds come from the predictions alone), OOM launches per study, model
 (startup included) and per study, the true value of the final winner; with
 pruning, trials pruned per study and would-be winners pruned (a pruned config
 within 1% of the optimum, or better than what the tool would hand over then).
-``--raw`` keeps each launch's config digest, true value and measured throughput, to read
-why a crown fell back. The truth's virtual replay reports its throughput so far as the HTTP replay
-does; the study's pruner sees it (noise included) and may stop the trial:
-its modelled GPU time is then startup plus the replay up to that point.
+``--raw`` keeps each launch's config digest, true value and measured throughput, and each
+config's launch flags, to read why a crown fell back: ``--trace`` prints them launch by
+launch (``--trace-seed`` picks studies). The truth's virtual replay reports its throughput
+so far as the HTTP replay does; the study's pruner sees it (noise included) and may stop
+the trial: its modelled GPU time is then startup plus the replay up to that point.
 
     python scripts/bench_tuner.py [--quick] [--seeds 10] [--launches 30] [--json] [--jobs N]
         [--cache FILE] [--raw FILE]     # then: --table FILE... (runs merged, one optimum)
+    python scripts/bench_tuner.py --trace FILE [--trace-seed 2 7]  # each study's launches
     # a changed copy of the code, set beside the default by --table:
     python scripts/bench_tuner.py --strategy default --raw FILE --variant "threshold 3%"
 """
@@ -551,6 +553,7 @@ class StudyLog:
     launched: list[str] = field(default_factory=list)  # each launch's config (a short digest)
     launched_true: list[float] = field(default_factory=list)  # each launch's true tok/s
     launched_seen: list[float] = field(default_factory=list)  # ... and what it measured (0: failed)
+    flags: dict[str, str] = field(default_factory=dict)  # config digest -> its launch flags
 
 
 def in_process_measure(
@@ -577,6 +580,7 @@ def in_process_measure(
             prediction = prediction.model_copy(update={"failure": failure})
         log.launches += 1
         log.launched.append(digest_of(config_key(config)))
+        log.flags.setdefault(log.launched[-1], " ".join(config.vllm_args()[1:]))
         log.launched_best = max(log.launched_best, truth.value(config) or 0.0)
         log.launched_true.append(truth.value(config) or 0.0)
         log.launched_seen.append(0.0)
@@ -1198,6 +1202,42 @@ def table(paths: list[Path], budget: int) -> list[dict]:
     ]
 
 
+def trace(paths: list[Path], seeds: list[int] | None = None) -> list[str]:
+    """Each study of these ``--raw`` files (of ``seeds`` only, if given) launch by launch:
+    the config's true value and what the launch measured, as shares of the best known
+    config (``table``'s optimum), and its launch flags (a digest in raws written before
+    they were kept)."""
+    records = [json.loads(line) for path in paths for line in path.read_text().splitlines()]
+    optimum: dict[str, float] = {}
+    for record in records:
+        best = max(
+            record["lattice_optimum"], record.get("swept_optimum", 0.0), record["launched_best"]
+        )
+        optimum[record["landscape"]] = max(optimum.get(record["landscape"], 0.0), best)
+    lines: list[str] = []
+    for record in records:
+        if seeds is not None and record["seed"] not in seeds:
+            continue
+        best = optimum[record["landscape"]]
+        crowned = record["handed_over"][-1] / best if record["handed_over"] else 0.0
+        lines.append(
+            f"{record['landscape']} {record['strategy']} seed {record['seed']}: crowned "
+            f"{crowned:.3f} of the best known ({best:.2f} tok/s), best launched "
+            f"{record['launched_best'] / best:.3f}"
+        )
+        flags = record.get("flags", {})
+        launches = zip(
+            record["launched"], record["launched_true"], record["launched_seen"], strict=True
+        )
+        for number, (digest, true, seen) in enumerate(launches, start=1):
+            measured = f"{seen / best:.3f}" if seen else "failed"
+            lines.append(
+                f"  {number:3d}  true {true / best:.3f}  measured {measured:>6}  "
+                f"{flags.get(digest, digest)}"
+            )
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="README landscape, 5 seeds")
@@ -1239,7 +1279,20 @@ def main() -> None:
         nargs="+",
         help="no runs: the table of these --raw files, against the best known optimum",
     )
+    parser.add_argument(
+        "--trace",
+        type=Path,
+        nargs="+",
+        help="no runs: each study of these --raw files launch by launch (true value, "
+        "what it measured, the launch flags)",
+    )
+    parser.add_argument(
+        "--trace-seed", type=int, nargs="+", help="with --trace: only these studies' seeds"
+    )
     args = parser.parse_args()
+    if args.trace:
+        print("\n".join(trace(args.trace, args.trace_seed)))
+        return
     if args.table:
         for row in table(args.table, args.launches):
             print(json.dumps(row) if args.json else format_row(row), flush=True)

@@ -147,6 +147,30 @@ def test_studies_run_in_parallel_log_what_the_serial_run_logs(tmp_path):
     assert parallel == serial
 
 
+def test_the_trace_shows_each_launch_s_flags_true_value_and_measurement(tmp_path):
+    """--trace: why a crown fell back, launch by launch, from the --raw file alone."""
+    landscape = bench.LANDSCAPES["readme"]
+    setup = bench.prepare(landscape, tmp_path)
+    truth = bench.Truth(
+        bench.truth_of(landscape, setup["spec"], bench.truth_constants("readme", False))
+    )
+    (log,) = bench.studies(("readme", setup, truth, 80.0, "random", 3, True), range(1), 1)
+    raw = tmp_path / "raw.jsonl"
+    raw.write_text(json.dumps(bench.study_record("readme", "random", 4, 80.0, log)) + "\n")
+    header, *launches = bench.trace([raw])
+    best = max(80.0, log.launched_best)
+    assert header.startswith("readme random seed 4: crowned ")
+    assert f"best launched {log.launched_best / best:.3f}" in header
+    assert len(launches) == log.launches == 3
+    for line, digest, true in zip(launches, log.launched, log.launched_true, strict=True):
+        assert f"true {true / best:.3f}" in line
+        assert log.flags[digest] in line and "--max-num-seqs" in log.flags[digest]
+    assert bench.trace([raw], seeds=[5]) == []  # another study's seed: nothing
+    old = {k: v for k, v in json.loads(raw.read_text()).items() if k != "flags"}
+    raw.write_text(json.dumps(old) + "\n")  # a raw written before flags were kept
+    assert bench.trace([raw])[1].endswith(log.launched[0])
+
+
 def test_the_harsh_noise_has_heavy_tails_of_the_same_spread():
     """Student-t and outliers: far more draws past 4 spreads than a normal's 6 in 100,000."""
     draws = [bench.noise_factor("t", 0, f"c{i}", 0, harsh=True) for i in range(4000)]
