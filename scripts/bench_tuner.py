@@ -553,7 +553,7 @@ class StudyLog:
     launched: list[str] = field(default_factory=list)  # each launch's config (a short digest)
     launched_true: list[float] = field(default_factory=list)  # each launch's true tok/s
     launched_seen: list[float] = field(default_factory=list)  # ... and what it measured (0: failed)
-    flags: dict[str, str] = field(default_factory=dict)  # config digest -> its launch flags
+    flags: dict[str, list[str]] = field(default_factory=dict)  # config digest -> launch flags
 
 
 def in_process_measure(
@@ -580,7 +580,7 @@ def in_process_measure(
             prediction = prediction.model_copy(update={"failure": failure})
         log.launches += 1
         log.launched.append(digest_of(config_key(config)))
-        log.flags.setdefault(log.launched[-1], " ".join(config.vllm_args()[1:]))
+        log.flags.setdefault(log.launched[-1], config.vllm_args()[1:])
         log.launched_best = max(log.launched_best, truth.value(config) or 0.0)
         log.launched_true.append(truth.value(config) or 0.0)
         log.launched_seen.append(0.0)
@@ -1205,8 +1205,8 @@ def table(paths: list[Path], budget: int) -> list[dict]:
 def trace(paths: list[Path], seeds: list[int] | None = None) -> list[str]:
     """Each study of these ``--raw`` files (of ``seeds`` only, if given) launch by launch:
     the config's true value and what the launch measured, as shares of the best known
-    config (``table``'s optimum), and its launch flags (a digest in raws written before
-    they were kept)."""
+    config (``table``'s optimum, over every file), and its launch flags but those every
+    launch of the study shares (a digest in raws written before flags were kept)."""
     records = [json.loads(line) for path in paths for line in path.read_text().splitlines()]
     optimum: dict[str, float] = {}
     for record in records:
@@ -1225,17 +1225,30 @@ def trace(paths: list[Path], seeds: list[int] | None = None) -> list[str]:
             f"{crowned:.3f} of the best known ({best:.2f} tok/s), best launched "
             f"{record['launched_best'] / best:.3f}"
         )
-        flags = record.get("flags", {})
+        flags = {digest: _flag_pairs(argv) for digest, argv in record.get("flags", {}).items()}
+        shared = set.intersection(*map(set, flags.values())) if flags else set()
         launches = zip(
             record["launched"], record["launched_true"], record["launched_seen"], strict=True
         )
         for number, (digest, true, seen) in enumerate(launches, start=1):
             measured = f"{seen / best:.3f}" if seen else "failed"
-            lines.append(
-                f"  {number:3d}  true {true / best:.3f}  measured {measured:>6}  "
-                f"{flags.get(digest, digest)}"
-            )
+            config = digest
+            if digest in flags:
+                own = [" ".join(pair) for pair in flags[digest] if pair not in shared]
+                config = " ".join(own) or "(the flags every launch shares)"
+            lines.append(f"  {number:3d}  true {true / best:.3f}  measured {measured:>6}  {config}")
     return lines
+
+
+def _flag_pairs(argv: list[str]) -> list[tuple[str, ...]]:
+    """``argv`` (launch flags) as one tuple per flag: its name, then its value if any."""
+    pairs: list[tuple[str, ...]] = []
+    for word in argv:
+        if word.startswith("--") or not pairs:
+            pairs.append((word,))
+        else:
+            pairs[-1] = (*pairs[-1], word)
+    return pairs
 
 
 def main() -> None:
