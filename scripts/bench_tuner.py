@@ -1303,6 +1303,9 @@ def main() -> None:
         "--trace-seed", type=int, nargs="+", help="with --trace: only these studies' seeds"
     )
     args = parser.parse_args()
+    for path in [*(args.trace or []), *(args.table or [])]:
+        if not path.is_file():
+            parser.error(f"{path}: no such --raw file")
     if args.trace:
         print("\n".join(trace(args.trace, args.trace_seed)))
         return
