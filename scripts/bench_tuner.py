@@ -1174,10 +1174,9 @@ def study_record(
     }
 
 
-def table(paths: list[Path], budget: int) -> list[dict]:
-    """Rows from ``--raw`` files, against each truth's best known optimum: the lattice's,
-    the chunk sweep's, or a config some study launched off the lattice that is truly
-    better."""
+def read_raw(paths: list[Path]) -> tuple[list[dict], dict[str, float]]:
+    """The studies of these ``--raw`` files, and per landscape the best known config's
+    true value: the lattice's optimum, the chunk sweep's, or any config launched."""
     records = [json.loads(line) for path in paths for line in path.read_text().splitlines()]
     optimum: dict[str, float] = {}
     for record in records:
@@ -1185,6 +1184,14 @@ def table(paths: list[Path], budget: int) -> list[dict]:
             record["lattice_optimum"], record.get("swept_optimum", 0.0), record["launched_best"]
         )
         optimum[record["landscape"]] = max(optimum.get(record["landscape"], 0.0), best)
+    return records, optimum
+
+
+def table(paths: list[Path], budget: int) -> list[dict]:
+    """Rows from ``--raw`` files, against each truth's best known optimum: the lattice's,
+    the chunk sweep's, or a config some study launched off the lattice that is truly
+    better."""
+    records, optimum = read_raw(paths)
     groups: dict[tuple[str, str], list[StudyLog]] = {}
     fields = set(StudyLog.__dataclass_fields__)
     for record in records:
@@ -1207,13 +1214,7 @@ def trace(paths: list[Path], seeds: list[int] | None = None) -> list[str]:
     the config's true value and what the launch measured, as shares of the best known
     config (``table``'s optimum, over every file), and its launch flags but those every
     launch of the study shares (a digest in raws written before flags were kept)."""
-    records = [json.loads(line) for path in paths for line in path.read_text().splitlines()]
-    optimum: dict[str, float] = {}
-    for record in records:
-        best = max(
-            record["lattice_optimum"], record.get("swept_optimum", 0.0), record["launched_best"]
-        )
-        optimum[record["landscape"]] = max(optimum.get(record["landscape"], 0.0), best)
+    records, optimum = read_raw(paths)
     lines: list[str] = []
     for record in records:
         if seeds is not None and record["seed"] not in seeds:
