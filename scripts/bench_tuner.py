@@ -1304,6 +1304,8 @@ def main() -> None:
         "--trace-seed", type=int, nargs="+", help="with --trace: only these studies' seeds"
     )
     args = parser.parse_args()
+    if args.trace_seed and not args.trace:
+        parser.error("--trace-seed picks studies of --trace RAW...: give the raw files")
     for path in [*(args.trace or []), *(args.table or [])]:
         if not path.is_file():
             parser.error(f"{path}: no such --raw file")
