@@ -553,7 +553,7 @@ class StudyLog:
     launched: list[str] = field(default_factory=list)  # each launch's config (a short digest)
     launched_true: list[float] = field(default_factory=list)  # each launch's true tok/s
     launched_seen: list[float] = field(default_factory=list)  # ... and what it measured (0: failed)
-    flags: dict[str, list[str]] = field(default_factory=dict)  # config digest -> launch flags
+    flags: dict[str, dict] = field(default_factory=dict)  # config digest -> its launch flags
 
 
 def in_process_measure(
@@ -580,7 +580,7 @@ def in_process_measure(
             prediction = prediction.model_copy(update={"failure": failure})
         log.launches += 1
         log.launched.append(digest_of(config_key(config)))
-        log.flags.setdefault(log.launched[-1], config.vllm_args()[1:])
+        log.flags.setdefault(log.launched[-1], dict(config.flags))
         log.launched_best = max(log.launched_best, truth.value(config) or 0.0)
         log.launched_true.append(truth.value(config) or 0.0)
         log.launched_seen.append(0.0)
@@ -1226,8 +1226,8 @@ def trace(paths: list[Path], seeds: list[int] | None = None) -> list[str]:
             f"{crowned:.3f} of the best known ({best:.2f} tok/s), best launched "
             f"{record['launched_best'] / best:.3f}"
         )
-        flags = {digest: _flag_pairs(argv) for digest, argv in record.get("flags", {}).items()}
-        shared = set.intersection(*map(set, flags.values())) if flags else set()
+        flags = record.get("flags", {})
+        shared = set.intersection(*map(_flag_items, flags.values())) if flags else set()
         launches = zip(
             record["launched"], record["launched_true"], record["launched_seen"], strict=True
         )
@@ -1235,21 +1235,21 @@ def trace(paths: list[Path], seeds: list[int] | None = None) -> list[str]:
             measured = f"{seen / best:.3f}" if seen else "failed"
             config = digest
             if digest in flags:
-                own = [" ".join(pair) for pair in flags[digest] if pair not in shared]
-                config = " ".join(own) or "(the flags every launch shares)"
+                own = {k: v for k, v in flags[digest].items() if _flag_item(k, v) not in shared}
+                argv = TrialConfig(model="", flags=own).vllm_args()[1:]
+                config = " ".join(argv) or "(the flags every launch shares)"
             lines.append(f"  {number:3d}  true {true / best:.3f}  measured {measured:>6}  {config}")
     return lines
 
 
-def _flag_pairs(argv: list[str]) -> list[tuple[str, ...]]:
-    """``argv`` (launch flags) as one tuple per flag: its name, then its value if any."""
-    pairs: list[tuple[str, ...]] = []
-    for word in argv:
-        if word.startswith("--") or not pairs:
-            pairs.append((word,))
-        else:
-            pairs[-1] = (*pairs[-1], word)
-    return pairs
+def _flag_items(flags: dict) -> set[tuple[str, str]]:
+    """A config's launch flags as comparable items (``_flag_item``)."""
+    return {_flag_item(name, value) for name, value in flags.items()}
+
+
+def _flag_item(name: str, value: Any) -> tuple[str, str]:
+    """One launch flag, its value as JSON text: a dict value compares by its content."""
+    return name, json.dumps(value, sort_keys=True)
 
 
 def main() -> None:

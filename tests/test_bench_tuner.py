@@ -162,13 +162,14 @@ def test_the_trace_shows_each_launch_s_flags_true_value_and_measurement(tmp_path
     assert header.startswith("readme random seed 4: crowned ")
     assert f"best launched {log.launched_best / best:.3f}" in header
     assert len(launches) == log.launches == 3
-    pairs = {digest: bench._flag_pairs(argv) for digest, argv in log.flags.items()}
-    shared = set.intersection(*map(set, pairs.values()))
-    assert ("--language-model-only",) in shared and len(pairs) > 1
+    shared = set.intersection(*map(bench._flag_items, log.flags.values()))
+    assert ("language-model-only", "true") in shared and len(log.flags) > 1
     for line, digest, true in zip(launches, log.launched, log.launched_true, strict=True):
         assert f"true {true / best:.3f}" in line
-        own = [" ".join(pair) for pair in pairs[digest] if pair not in shared]
-        assert own and line.endswith(" ".join(own))  # what sets it apart, not what all share
+        own = {k: v for k, v in log.flags[digest].items() if bench._flag_item(k, v) not in shared}
+        argv = bench.TrialConfig(model="", flags=own).vllm_args()[1:]
+        assert argv and line.endswith(" ".join(argv))  # what sets it apart, not what all share
+        assert "--language-model-only" not in line
     assert bench.trace([raw], seeds=[5]) == []  # another study's seed: nothing
     old = {k: v for k, v in json.loads(raw.read_text()).items() if k != "flags"}
     raw.write_text(json.dumps(old) + "\n")  # a raw written before flags were kept
