@@ -1213,7 +1213,8 @@ def trace(paths: list[Path], seeds: list[int] | None = None) -> list[str]:
     """Each study of these ``--raw`` files (of ``seeds`` only, if given) launch by launch:
     the config's true value and what the launch measured, as shares of the best known
     config (``table``'s optimum, over every file), and its launch flags but those every
-    launch of the study shares (a digest in raws written before flags were kept)."""
+    launch of the study shares (a digest in raws written before flags were kept as a
+    dict: none, or an argv list)."""
     records, optimum = read_raw(paths)
     lines: list[str] = []
     for record in records:
@@ -1226,7 +1227,7 @@ def trace(paths: list[Path], seeds: list[int] | None = None) -> list[str]:
             f"{crowned:.3f} of the best known ({best:.2f} tok/s), best launched "
             f"{record['launched_best'] / best:.3f}"
         )
-        flags = record.get("flags", {})
+        flags = {d: f for d, f in record.get("flags", {}).items() if isinstance(f, dict)}
         shared = set.intersection(*map(_flag_items, flags.values())) if flags else set()
         launches = zip(
             record["launched"], record["launched_true"], record["launched_seen"], strict=True

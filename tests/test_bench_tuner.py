@@ -174,6 +174,9 @@ def test_the_trace_shows_each_launch_s_flags_true_value_and_measurement(tmp_path
     old = {k: v for k, v in json.loads(raw.read_text()).items() if k != "flags"}
     raw.write_text(json.dumps(old) + "\n")  # a raw written before flags were kept
     assert bench.trace([raw])[1].endswith(log.launched[0])
+    argv_kept = {**old, "flags": {d: ["--max-num-seqs", "8"] for d in log.launched}}
+    raw.write_text(json.dumps(argv_kept) + "\n")  # flags kept as argv lists, for a while
+    assert bench.trace([raw])[1].endswith(log.launched[0])
 
 
 def test_the_harsh_noise_has_heavy_tails_of_the_same_spread():
