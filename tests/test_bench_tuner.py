@@ -76,7 +76,22 @@ def test_the_within_1pct_rate_comes_with_its_count_and_a_95pct_interval(tmp_path
     assert row["winners_within_1pct"] == 17 and row["seeds"] == 20
     low, high = row["winner_within_1pct_interval"]
     assert low < 0.7 and 0.9 < high < 1.0  # Wilson: 0.64-0.95, the goal's 0.9 inside it
-    assert "within1% 85% (17/20, 95% CI 64%-95%)" in bench.format_row(row)
+    assert "within1% 85% (17/20, 95% CI 64%-95%; launched 20/20)" in bench.format_row(row)
+
+
+def test_the_table_splits_the_misses_between_the_search_and_the_crown(tmp_path):
+    """A study that launched a config within 1% and crowned one below it missed by the
+    crown; one that never launched one missed by the search."""
+    raw = tmp_path / "raw.jsonl"
+    records = [
+        _record("guided", 0, [100.0], 100.0),  # crowned within 1%
+        _record("guided", 1, [97.0], 99.5),  # launched 99.5, crowned 97: the crown's miss
+        _record("guided", 2, [97.0], 97.0),  # never launched within 1%: the search's miss
+    ]
+    raw.write_text("".join(json.dumps(r) + "\n" for r in records))
+    (row,) = bench.table([raw], budget=1)
+    assert row["winners_within_1pct"] == 1 and row["launched_within_1pct"] == 2
+    assert "(1/3, 95% CI" in bench.format_row(row) and "launched 2/3)" in bench.format_row(row)
 
 
 def test_a_variant_s_studies_stand_beside_the_default_s_against_one_optimum(tmp_path):
