@@ -44,9 +44,10 @@ launches included), and until the crown stays at 99% to the end; launches per st
 same config in every seed (how far the seeds are independent: the default's baseline and
 warm-start seeds come from the predictions alone), OOM launches per study, modelled GPU-hours to 99%
 (startup included) and per study, the true value of the final winner and how many
-studies launched a config within 1% at all (a miss of the crown, or of the search); with
-pruning, trials pruned per study and would-be winners pruned (a pruned config
-within 1% of the optimum, or better than what the tool would hand over then).
+studies launched a config within 1% at all (a miss of the crown, or of the search) and in
+how many a crown that knows the noise and drift would hand one over from the same runs
+(``oracle_crown``); with pruning, trials pruned per study and would-be winners pruned (a
+pruned config within 1% of the optimum, or better than what the tool would hand over then).
 ``--raw`` keeps each launch's config digest, true value and measured throughput, and each
 config's launch flags, to read why a crown fell back: ``--trace`` prints them launch by
 launch (``--trace-seed`` picks studies). The truth's virtual replay reports its throughput
@@ -85,6 +86,7 @@ from typing import Any
 import numpy as np
 import optuna
 from scipy.stats import binomtest
+from scipy.stats import t as student_t
 
 from autotune.catalog.hardware import get_gpu
 from autotune.catalog.models import get_model
@@ -900,7 +902,42 @@ def shared_launches(logs: list[StudyLog]) -> int:
     return shared
 
 
-def summarize(logs: list[StudyLog], budget: int, optimum: float) -> dict:
+def oracle_crown(log: StudyLog, *, harsh: bool) -> float:
+    """The true value of the config an oracle crown hands over from this study's own
+    measurements: one that knows the bench's noise (``noise_factor``'s spread and tails,
+    its rare outliers aside) and drift (``DRIFT_PER_LAUNCH``) exactly, and which launched
+    configs are feasible in truth, and crowns the best location the noise's likelihood
+    gives each config (log scale, on a grid). Not a bound (one lucky run still lifts a
+    config measured once), but a crown rule that falls short of it on the same launches
+    misreads the noise or the drift; one level with it loses its misses to which configs
+    got the runs. 0.0 when nothing feasible ran."""
+    runs: dict[str, list[float]] = {}
+    true: dict[str, float] = {}
+    for i, (digest, value, seen) in enumerate(
+        zip(log.launched, log.launched_true, log.launched_seen, strict=True)
+    ):
+        if seen > 0 and value > 0:
+            drift = DRIFT_PER_LAUNCH * i if harsh else 0.0
+            runs.setdefault(digest, []).append(math.log(seen / (1.0 - drift)))
+            true[digest] = value
+    if not runs:
+        return 0.0
+    scale = NOISE * math.sqrt((TAIL_DOF - 2) / TAIL_DOF) if harsh else NOISE
+    offsets = np.linspace(-0.3, 0.3, 1201)
+
+    def location(found: list[float]) -> float:
+        grid = statistics.median(found) + offsets
+        residuals = (np.array(found)[:, None] - grid[None, :]) / scale
+        if harsh:
+            likelihood = student_t.logpdf(residuals, TAIL_DOF).sum(axis=0)
+        else:
+            likelihood = -0.5 * (residuals**2).sum(axis=0)
+        return float(grid[int(np.argmax(likelihood))])
+
+    return true[max(runs, key=lambda digest: location(runs[digest]))]
+
+
+def summarize(logs: list[StudyLog], budget: int, optimum: float, *, harsh: bool) -> dict:
     """The figures of one strategy's studies, against ``optimum`` (true tok/s)."""
     curves = [[value / optimum for value in log.handed_over] for log in logs]
 
@@ -928,6 +965,7 @@ def summarize(logs: list[StudyLog], budget: int, optimum: float) -> dict:
     # launched configs' true values would reach. The gap to ``within`` is the crown's under
     # the noise; the studies short of it are the search's.
     reached = sum(log.launched_best >= 0.99 * optimum for log in logs)
+    oracle = sum(oracle_crown(log, harsh=harsh) >= 0.99 * optimum for log in logs)
     interval = binomtest(within, len(finals)).proportion_ci(method="wilson")
     return {
         "median_launches_to_99": med(to99),
@@ -947,6 +985,7 @@ def summarize(logs: list[StudyLog], budget: int, optimum: float) -> dict:
         "winner_within_1pct_rate": within / len(finals),
         "winners_within_1pct": within,
         "launched_within_1pct": reached,
+        "oracle_crown_within_1pct": oracle,
         # Wilson 95% interval of the rate: where two strategies' intervals overlap widely,
         # their difference in these seeds may be noise.
         "winner_within_1pct_interval": [round(bound, 3) for bound in interval],
@@ -1209,7 +1248,7 @@ def table(paths: list[Path], budget: int) -> list[dict]:
             "strategy": strategy,
             "optimum_tok_s": round(optimum[label], 2),
             "optimum_over": "lattice and launched configs",
-            **summarize(logs, budget, optimum[label]),
+            **summarize(logs, budget, optimum[label], harsh="[harsh]" in label),
         }
         for (label, strategy), logs in groups.items()
     ]
@@ -1424,7 +1463,7 @@ def main() -> None:
                     "optimum_over": "lattice and launched configs",
                     "known_over_lattice": round(known / optimum, 4),
                     **{k: v for k, v in misled.items() if not k.endswith("_optimum")},
-                    **summarize(logs, args.launches, known),
+                    **summarize(logs, args.launches, known, harsh=harsh),
                     "seconds": round(seconds, 1),
                 }
                 print(json.dumps(row) if args.json else format_row(row), flush=True)
@@ -1456,7 +1495,8 @@ def format_row(row: dict) -> str:
         f"| winner med {row['winner_median']:.3f} worst {row['winner_worst']:.3f} "
         f"within1% {row['winner_within_1pct_rate']:.0%} "
         f"({row['winners_within_1pct']}/{row['seeds']}, 95% CI "
-        f"{low:.0%}-{high:.0%}; launched {row.get('launched_within_1pct', '-')}/{row['seeds']}) "
+        f"{low:.0%}-{high:.0%}; launched {row.get('launched_within_1pct', '-')}/{row['seeds']}, "
+        f"oracle crown {row.get('oracle_crown_within_1pct', '-')}/{row['seeds']}) "
         f"| GPU-h/study {row['gpu_hours_per_study']:.2f} "
         f"pruned {row['pruned_per_study']:.1f} (winners {row['winners_pruned_per_study']:.1f}, "
         f"improvers {row['improvers_pruned_per_study']:.1f})"

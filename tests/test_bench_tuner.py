@@ -76,7 +76,9 @@ def test_the_within_1pct_rate_comes_with_its_count_and_a_95pct_interval(tmp_path
     assert row["winners_within_1pct"] == 17 and row["seeds"] == 20
     low, high = row["winner_within_1pct_interval"]
     assert low < 0.7 and 0.9 < high < 1.0  # Wilson: 0.64-0.95, the goal's 0.9 inside it
-    assert "within1% 85% (17/20, 95% CI 64%-95%; launched 20/20)" in bench.format_row(row)
+    assert "within1% 85% (17/20, 95% CI 64%-95%; launched 20/20, oracle crown" in bench.format_row(
+        row
+    )
 
 
 def test_the_table_splits_the_misses_between_the_search_and_the_crown(tmp_path):
@@ -91,7 +93,34 @@ def test_the_table_splits_the_misses_between_the_search_and_the_crown(tmp_path):
     raw.write_text("".join(json.dumps(r) + "\n" for r in records))
     (row,) = bench.table([raw], budget=1)
     assert row["winners_within_1pct"] == 1 and row["launched_within_1pct"] == 2
-    assert "(1/3, 95% CI" in bench.format_row(row) and "launched 2/3)" in bench.format_row(row)
+    assert "(1/3, 95% CI" in bench.format_row(row) and "launched 2/3," in bench.format_row(row)
+
+
+def test_the_oracle_crown_knows_the_drift_the_tails_and_what_is_feasible():
+    """The oracle crown reads each launch through the bench's drift and noise law: a config
+    measured late is not behind for the drift, one odd run does not bury a config measured
+    often, and a config infeasible in truth is never handed over."""
+
+    def log(launches: list[tuple[str, float, float]]) -> bench.StudyLog:
+        return bench.StudyLog(
+            launches=len(launches),
+            launched=[digest for digest, _, _ in launches],
+            launched_true=[true for _, true, _ in launches],
+            launched_seen=[seen for _, _, seen in launches],
+        )
+
+    drift = 1.0 - bench.DRIFT_PER_LAUNCH * 20
+    late = log([("b", 98.0, 98.0), *[("x", 90.0, 90.0)] * 19, ("a", 100.0, 100.0 * drift)])
+    assert bench.oracle_crown(late, harsh=True) == 100.0  # 96 at launch 20 is 100 at 0
+    assert bench.oracle_crown(late, harsh=False) == 98.0  # the gentle bench has no drift
+    odd = log([("a", 100.0, 100.0), ("b", 97.0, 97.0), ("a", 100.0, 75.0), ("a", 100.0, 100.0)])
+    odd.launched_seen = [100.0, 97.0 * (1 - bench.DRIFT_PER_LAUNCH), 75.0, 100.0]
+    odd.launched_seen[3] *= 1 - 3 * bench.DRIFT_PER_LAUNCH
+    odd.launched_seen[2] *= 1 - 2 * bench.DRIFT_PER_LAUNCH
+    assert bench.oracle_crown(odd, harsh=True) == 100.0  # the mean of a's runs is 91.7
+    infeasible = log([("a", 0.0, 120.0), ("b", 97.0, 97.0), ("c", 0.0, 0.0)])
+    assert bench.oracle_crown(infeasible, harsh=False) == 97.0
+    assert bench.oracle_crown(log([("c", 0.0, 0.0)]), harsh=True) == 0.0
 
 
 def test_a_variant_s_studies_stand_beside_the_default_s_against_one_optimum(tmp_path):
