@@ -922,17 +922,15 @@ def oracle_crown(log: StudyLog, *, harsh: bool) -> float:
             true[digest] = value
     if not runs:
         return 0.0
-    scale = NOISE * math.sqrt((TAIL_DOF - 2) / TAIL_DOF) if harsh else NOISE
+    scale = NOISE * math.sqrt((TAIL_DOF - 2) / TAIL_DOF)
     offsets = np.linspace(-0.3, 0.3, 1201)
 
     def location(found: list[float]) -> float:
+        if not harsh:  # normal noise: the likelihood's best location is the mean
+            return statistics.fmean(found)
         grid = statistics.median(found) + offsets
         residuals = (np.array(found)[:, None] - grid[None, :]) / scale
-        if harsh:
-            likelihood = student_t.logpdf(residuals, TAIL_DOF).sum(axis=0)
-        else:
-            likelihood = -0.5 * (residuals**2).sum(axis=0)
-        return float(grid[int(np.argmax(likelihood))])
+        return float(grid[int(np.argmax(student_t.logpdf(residuals, TAIL_DOF).sum(axis=0)))])
 
     return true[max(runs, key=lambda digest: location(runs[digest]))]
 
