@@ -123,6 +123,59 @@ def test_the_oracle_crown_knows_the_drift_the_tails_and_what_is_feasible():
     assert bench.oracle_crown(log([("c", 0.0, 0.0)]), harsh=True) == 0.0
 
 
+def test_the_handed_plateau_is_a_yardstick_the_noise_holds_below_certainty():
+    """Handed configs all within 1%, any crown is; handed a plateau where a few configs
+    stand 1% above many (l40s-cc's shape), measuring helps (the crown beats a pick at
+    random) but the night's launches do not tell them apart nine times in ten; configs
+    further than 2% from the best are not handed over."""
+    level = bench.handed_plateau([100.0, 99.5, 99.2] * 4, 100.0, 30, harsh=True, nights=40)
+    assert level["rate"] == 1.0 and level["configs"] == 12
+    shape = [99.6] * 12 + [98.6] * 30 + [90.0] * 50
+    plateau = bench.handed_plateau(shape, 99.6, 30, harsh=True, nights=120)
+    assert (plateau["configs"], plateau["within_1pct"]) == (42, 12)
+    assert 12 / 42 < plateau["rate"] < 0.9
+    assert plateau["allocation"] in [list(s) for s in bench.plateau_schedules(29)]
+    gentle = bench.handed_plateau(shape, 99.6, 30, harsh=False, nights=120)
+    assert gentle["rate"] > 12 / 42  # the gentle bench's normal noise, read by its mean
+    clear = bench.handed_plateau([100.0] + [98.1] * 5, 100.0, 30, harsh=True, nights=120)
+    assert clear["rate"] > plateau["rate"]  # 1.9% apart is told apart more often than 1%
+
+
+def test_the_plateau_is_drawn_from_every_config_known_feasible_in_truth(tmp_path):
+    """The lattice's configs that fit in truth, the ones valued off it, and the ones the
+    studies launched, each once; a lattice config that runs out of memory in truth is not
+    among them whatever value was kept for it."""
+    from autotune.tuner.lattice import config_key, enumerate_effective
+
+    landscape = bench.LANDSCAPES["readme"]
+    spec = bench.prepare(landscape, tmp_path, harsh=True)["spec"]
+    oracle = bench.truth_of(landscape, spec, bench.truth_constants("readme", False))
+    longest = max(r.prompt_tokens for r in spec.plan.requests)
+    truth = bench.Truth(oracle, memory=bench.truth_memory("readme"), max_prompt_tokens=longest)
+    passed = [
+        c
+        for c in enumerate_effective(
+            spec.space,
+            model=spec.model,
+            engine_version=spec.engine.version(),
+            prescreen=spec.prescreen,
+        )
+        if c.memory is not None and c.memory.fits
+    ]
+    surprise = next(c for c in passed if truth.oom(c.config) is not None)
+    fits = [c for c in passed if truth.oom(c.config) is None][:3]
+    assert all(c.key == config_key(c.config) for c in fits)
+    truth.values.update({c.key: 50.0 + i for i, c in enumerate(fits)})
+    truth.values[surprise.key] = 99.0  # valued, but it does not start in truth
+    truth.values["off the lattice"] = 60.0
+    launched = bench.StudyLog(
+        launched=[bench.digest_of(fits[0].key), "refined", "failed"],
+        launched_true=[50.0, 70.0, 0.0],
+    )
+    setup = {"candidates": [*fits, surprise]}
+    assert sorted(bench.known_values(setup, truth, [launched])) == [50.0, 51.0, 52.0, 60.0, 70.0]
+
+
 def test_a_variant_s_studies_stand_beside_the_default_s_against_one_optimum(tmp_path):
     default, variant = tmp_path / "default.jsonl", tmp_path / "variant.jsonl"
     log = bench.StudyLog(launches=2, handed_over=[95.0, 99.5], launched_best=99.5)
