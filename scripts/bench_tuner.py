@@ -59,6 +59,7 @@ the trial: its modelled GPU time is then startup plus the replay up to that poin
 
     python scripts/bench_tuner.py [--quick] [--seeds 10] [--launches 30] [--json] [--jobs N]
         [--cache FILE] [--raw FILE]     # then: --table FILE... (runs merged, one optimum)
+    python scripts/bench_tuner.py --table FILE... --plateau [--cache FILE]  # and the yardstick
     python scripts/bench_tuner.py --trace FILE [--trace-seed 2 7]  # each study's launches
     # a changed copy of the code, set beside the default by --table:
     python scripts/bench_tuner.py --strategy default --raw FILE --variant "threshold 3%"
@@ -1124,8 +1125,44 @@ def prepare(landscape: Landscape, directory: Path, *, harsh: bool = False) -> di
     return {"spec": spec, "cache": {}}
 
 
+def setup_key(setup: dict) -> str:
+    """What a ``prepare``d study's predictions depend on (its cache's key)."""
+    spec: StudySpec = setup["spec"]
+    return digest_of(spec.space.digest(), spec.plan, spec.load, spec.goal, spec.model)
+
+
+def label_of(name: str, *, adverse: bool, harsh: bool) -> str:
+    """How the table and ``--raw`` name a landscape's truth under one bench."""
+    return f"{name}{' (adverse)' if adverse else ''}{' [harsh]' if harsh else ''}"
+
+
+def parse_label(label: str) -> tuple[str, bool, bool]:
+    """``label_of``'s landscape, adverse and harsh, read back."""
+    return label.split(" ")[0], "(adverse)" in label, "[harsh]" in label
+
+
+def truth_for(
+    name: str, setup: dict, cache: dict, *, adverse: bool, harsh: bool
+) -> tuple[str, Truth]:
+    """The label and the truth of landscape ``name`` for the study ``prepare`` set up, its
+    answers kept in ``cache`` (``--cache``)."""
+    landscape, spec = LANDSCAPES[name], setup["spec"]
+    constants = truth_constants(name, adverse)
+    label = label_of(name, adverse=adverse, harsh=harsh)
+    truth_key = f"{label}:{setup_key(setup)}:{digest_of(constants.model_dump_json())}"
+    return label, Truth(
+        truth_of(landscape, spec, constants),
+        predictions=cache.setdefault(f"{truth_key}:predictions", {}),
+        values=cache.setdefault(f"{truth_key}:values", {}),
+        memory=truth_memory(name) if harsh else None,
+        max_prompt_tokens=max((r.prompt_tokens for r in spec.plan.requests), default=0),
+        structure=STRUCTURES[landscape.structure] if landscape.structure else None,
+    )
+
+
 def exhaustive(setup: dict, landscape: Landscape, truth: Truth) -> tuple[float, int, float]:
-    """The truth's optimum over the lattice (configs that pass the pre-screen), and timing."""
+    """The truth's optimum over the lattice (configs that pass the pre-screen), and timing;
+    the lattice's configs go to ``setup["candidates"]``."""
     from autotune.tuner.lattice import enumerate_effective
 
     started = time.monotonic()
@@ -1140,7 +1177,7 @@ def exhaustive(setup: dict, landscape: Landscape, truth: Truth) -> tuple[float, 
             )
             if c.memory is None or c.memory.fits
         ]
-    candidates = _ENUMERATIONS[key]
+    candidates = setup["candidates"] = _ENUMERATIONS[key]
     missing = [c for c in candidates if c.key not in truth.values]
     scores = predict_all(truth.oracle, [c.config for c in missing])
     for candidate, scored in zip(missing, scores, strict=True):
@@ -1227,9 +1264,7 @@ def fill_tuner(setup: dict, timings: dict, key: str) -> None:
     without a timing is predicted again for it."""
     spec: StudySpec = setup["spec"]
     assert spec.oracle is not None
-    version = spec.engine.version()
-    candidates = _ENUMERATIONS[(spec.space.digest(), spec.model, version, id(spec.prescreen))]
-    setup["candidates"] = candidates
+    candidates = setup["candidates"]  # ``exhaustive``'s
     cache = setup["cache"]
     missing = [c for c in candidates if c.key not in cache]
     if missing or key not in timings:
@@ -1336,23 +1371,54 @@ def read_raw(paths: list[Path]) -> tuple[list[dict], dict[str, float]]:
     return records, optimum
 
 
+def logged(record: dict) -> StudyLog:
+    """The study log a ``--raw`` record keeps."""
+    fields = set(StudyLog.__dataclass_fields__)
+    return StudyLog(**{k: v for k, v in record.items() if k in fields})
+
+
+def table_plateaus(paths: list[Path], budget: int, cache: dict) -> dict[str, dict]:
+    """Per truth of these ``--raw`` files, ``handed_plateau`` against its best known, the
+    configs its studies launched among the plateau's (each truth prepared again; ``cache``
+    keeps its answers). A truth whose data is absent maps to why."""
+    records, optimum = read_raw(paths)
+    logs: dict[str, list[StudyLog]] = {}
+    for record in records:
+        logs.setdefault(record["landscape"], []).append(logged(record))
+    plateaus: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory() as workloads:
+        for label, found in logs.items():
+            name, adverse, harsh = parse_label(label)
+            landscape = LANDSCAPES[name]
+            try:
+                setup = prepare(landscape, Path(workloads), harsh=harsh)
+            except MissingData as missing:
+                plateaus[label] = {"skipped": str(missing)}
+                continue
+            _, truth = truth_for(name, setup, cache, adverse=adverse, harsh=harsh)
+            exhaustive(setup, landscape, truth)
+            if landscape.chunk_sweep:
+                chunk_sweep(setup, truth)
+            values = known_values(setup, truth, found)
+            plateaus[label] = handed_plateau(values, optimum[label], budget, harsh=harsh)
+    return plateaus
+
+
 def table(paths: list[Path], budget: int) -> list[dict]:
     """Rows from ``--raw`` files, against each truth's best known optimum: the lattice's,
     the chunk sweep's, or a config some study launched off the lattice that is truly
     better."""
     records, optimum = read_raw(paths)
     groups: dict[tuple[str, str], list[StudyLog]] = {}
-    fields = set(StudyLog.__dataclass_fields__)
     for record in records:
-        log = StudyLog(**{k: v for k, v in record.items() if k in fields})
-        groups.setdefault((record["landscape"], record["strategy"]), []).append(log)
+        groups.setdefault((record["landscape"], record["strategy"]), []).append(logged(record))
     return [
         {
             "landscape": label,
             "strategy": strategy,
             "optimum_tok_s": round(optimum[label], 2),
             "optimum_over": "lattice and launched configs",
-            **summarize(logs, budget, optimum[label], harsh="[harsh]" in label),
+            **summarize(logs, budget, optimum[label], harsh=parse_label(label)[2]),
         }
         for (label, strategy), logs in groups.items()
     ]
@@ -1444,6 +1510,12 @@ def main() -> None:
         help="no runs: the table of these --raw files, against the best known optimum",
     )
     parser.add_argument(
+        "--plateau",
+        action="store_true",
+        help="with --table: under each truth's rows, how often an allocator handed the "
+        "truth's plateau crowns within 1% (its truth prepared again; --cache keeps it)",
+    )
+    parser.add_argument(
         "--trace",
         type=Path,
         nargs="+",
@@ -1456,18 +1528,29 @@ def main() -> None:
     args = parser.parse_args()
     if args.trace_seed and not args.trace:
         parser.error("--trace-seed picks studies of --trace RAW...: give the raw files")
+    if args.plateau and not args.table:
+        parser.error("--plateau reads the studies of --table RAW...: give the raw files")
     for path in [*(args.trace or []), *(args.table or [])]:
         if not path.is_file():
             parser.error(f"{path}: no such --raw file")
     if args.trace:
         print("\n".join(trace(args.trace, args.trace_seed)))
         return
-    if args.table:
-        for row in table(args.table, args.launches):
-            print(json.dumps(row) if args.json else format_row(row), flush=True)
-        return
     cache = load_cache(args.cache)
     cache["code"] = code_digest()
+    if args.table:
+        rows = table(args.table, args.launches)
+        plateaus = table_plateaus(args.table, args.launches, cache) if args.plateau else {}
+        for label in dict.fromkeys(row["landscape"] for row in rows):
+            for row in (row for row in rows if row["landscape"] == label):
+                if label in plateaus:
+                    row["handed_plateau"] = plateaus[label]
+                print(json.dumps(row) if args.json else format_row(row), flush=True)
+            if label in plateaus and not args.json:
+                print(format_plateau(plateaus[label]))
+        if args.cache and args.plateau:
+            args.cache.write_bytes(pickle.dumps(cache))
+        return
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.simplefilter("ignore")
     names = args.landscape or (["readme"] if args.quick else list(LANDSCAPES))
@@ -1490,26 +1573,15 @@ def main() -> None:
         except MissingData as missing:
             print(f"\n{name}: skipped: {missing}", flush=True)
             continue
-        spec: StudySpec = setup["spec"]
-        setup_key = digest_of(spec.space.digest(), spec.plan, spec.load, spec.goal, spec.model)
-        setup["cache"] = cache.setdefault(f"{name}:tuner:{setup_key}", {})
+        setup["cache"] = cache.setdefault(f"{name}:tuner:{setup_key(setup)}", {})
         for adverse in (False, True) if landscape.adverse else (False,):
             if args.truth and ("adverse" if adverse else "truthful") not in args.truth:
                 continue
-            constants = truth_constants(name, adverse)
-            truth_oracle = truth_of(landscape, spec, constants)
-            label = f"{name}{' (adverse)' if adverse else ''}{' [harsh]' if harsh else ''}"
-            truth_key = f"{label}:{setup_key}:{digest_of(constants.model_dump_json())}"
-            truth = Truth(
-                truth_oracle,
-                predictions=cache.setdefault(f"{truth_key}:predictions", {}),
-                values=cache.setdefault(f"{truth_key}:values", {}),
-                memory=truth_memory(name) if harsh else None,
-                max_prompt_tokens=max((r.prompt_tokens for r in spec.plan.requests), default=0),
-                structure=STRUCTURES[landscape.structure] if landscape.structure else None,
-            )
+            label, truth = truth_for(name, setup, cache, adverse=adverse, harsh=harsh)
             optimum, count, seconds = exhaustive(setup, landscape, truth)
-            fill_tuner(setup, cache.setdefault("warm_start_s", {}), f"{name}:tuner:{setup_key}")
+            fill_tuner(
+                setup, cache.setdefault("warm_start_s", {}), f"{name}:tuner:{setup_key(setup)}"
+            )
             misled = misled_by(setup, truth)
             sweep = chunk_sweep(setup, truth) if landscape.chunk_sweep else None
             swept = sweep.best if sweep is not None else 0.0
@@ -1579,13 +1651,7 @@ def main() -> None:
                 }
                 print(json.dumps(row) if args.json else format_row(row), flush=True)
             if not args.json:
-                print(
-                    f"  handed the plateau (the {plateau['configs']} configs truly within "
-                    f"{PLATEAU:.0%} of the best known, {plateau['within_1pct']} of them within "
-                    f"1%; not their order), an allocator crowns within 1% in "
-                    f"{plateau['rate']:.0%} of nights at best (configs kept each round "
-                    f"{'-'.join(map(str, plateau['allocation']))}: ``handed_plateau``)"
-                )
+                print(format_plateau(plateau))
             if args.cache:
                 args.cache.write_bytes(pickle.dumps(cache))
     if not args.json:
@@ -1620,6 +1686,17 @@ def format_row(row: dict) -> str:
         f"pruned {row['pruned_per_study']:.1f} (winners {row['winners_pruned_per_study']:.1f}, "
         f"improvers {row['improvers_pruned_per_study']:.1f})"
         + (f" ({row['seconds']:.0f} s)" if "seconds" in row else f" [{row['landscape']}]")
+    )
+
+
+def format_plateau(plateau: dict) -> str:
+    if "skipped" in plateau:
+        return f"  handed the plateau: skipped: {plateau['skipped']}"
+    return (
+        f"  handed the plateau (the {plateau['configs']} configs truly within {PLATEAU:.0%} "
+        f"of the best known, {plateau['within_1pct']} of them within 1%; not their order), "
+        f"an allocator crowns within 1% in {plateau['rate']:.0%} of nights at best (configs "
+        f"kept each round {'-'.join(map(str, plateau['allocation']))}: ``handed_plateau``)"
     )
 
 

@@ -176,6 +176,21 @@ def test_the_plateau_is_drawn_from_every_config_known_feasible_in_truth(tmp_path
     assert sorted(bench.known_values(setup, truth, [launched])) == [50.0, 51.0, 52.0, 60.0, 70.0]
 
 
+def test_a_table_reads_each_truth_back_from_its_label_or_says_why_it_cannot(tmp_path, monkeypatch):
+    """``--table --plateau`` prepares each truth again from the label its studies were
+    kept under: every landscape's, adverse or not, harsh or not, reads back the same; one
+    whose data is absent says so under its rows."""
+    for name, adverse, harsh in itertools.product(bench.LANDSCAPES, (False, True), (False, True)):
+        label = bench.label_of(name, adverse=adverse, harsh=harsh)
+        assert bench.parse_label(label) == (name, adverse, harsh)
+    monkeypatch.setattr(bench, "SHARED_DATA", tmp_path / "nowhere")
+    raw = tmp_path / "raw.jsonl"
+    record = _record("default", 0, [30.0], 30.0) | {"landscape": "cc-traces-24g [harsh]"}
+    raw.write_text(json.dumps(record) + "\n")
+    (plateau,) = bench.table_plateaus([raw], 30, {}).values()
+    assert "nowhere/claude-code-traces absent" in bench.format_plateau(plateau)
+
+
 def test_a_variant_s_studies_stand_beside_the_default_s_against_one_optimum(tmp_path):
     default, variant = tmp_path / "default.jsonl", tmp_path / "variant.jsonl"
     log = bench.StudyLog(launches=2, handed_over=[95.0, 99.5], launched_best=99.5)
