@@ -1000,9 +1000,8 @@ def plateau_night(
         measure(index, 1)
     left = budget - len(alive)
     for cut, kept in enumerate(schedule[1:], start=1):
-        alive = sorted(alive, key=lambda i: likeliest_location(runs[i], harsh=harsh), reverse=True)[
-            :kept
-        ]
+        ranked = sorted(alive, key=lambda i: likeliest_location(runs[i], harsh=harsh))
+        alive = ranked[-kept:]
         share = left // (len(schedule) - cut) // len(alive)
         for index in alive:
             measure(index, share)
