@@ -965,7 +965,7 @@ def known_values(setup: dict, truth: Truth, logs: list[StudyLog]) -> list[float]
 
 
 PLATEAU = 0.02  # ``handed_plateau``: the configs this close to the best known
-PLATEAU_NIGHTS = 400  # ... the nights each allocation plays
+PLATEAU_NIGHTS = 1600  # ... the nights each allocation plays (at 400, l40s-cc read 7 points high)
 
 
 def plateau_schedules(budget: int) -> list[tuple[int, ...]]:
