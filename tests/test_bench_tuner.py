@@ -46,6 +46,22 @@ def test_sampler_seeds_differ_between_samplers_and_repeat_within_one():
     assert bench.sampler_seed("guided", 0) != bench.sampler_seed("guided", 1)
 
 
+def _prescreened(spec) -> list:
+    """The lattice's configs that the study's memory pre-screen passes."""
+    from autotune.tuner.lattice import enumerate_effective
+
+    return [
+        c
+        for c in enumerate_effective(
+            spec.space,
+            model=spec.model,
+            engine_version=spec.engine.version(),
+            prescreen=spec.prescreen,
+        )
+        if c.memory is not None and c.memory.fits
+    ]
+
+
 def _record(strategy: str, seed: int, curve: list[float], launched_best: float) -> dict:
     log = bench.StudyLog(launches=len(curve), handed_over=curve, launched_best=launched_best)
     return bench.study_record("readme", strategy, seed, 100.0, log)
@@ -145,23 +161,14 @@ def test_the_plateau_is_drawn_from_every_config_known_feasible_in_truth(tmp_path
     """The lattice's configs that fit in truth, the ones valued off it, and the ones the
     studies launched, each once; a lattice config that runs out of memory in truth is not
     among them whatever value was kept for it."""
-    from autotune.tuner.lattice import config_key, enumerate_effective
+    from autotune.tuner.lattice import config_key
 
     landscape = bench.LANDSCAPES["readme"]
     spec = bench.prepare(landscape, tmp_path, harsh=True)["spec"]
     oracle = bench.truth_of(landscape, spec, bench.truth_constants("readme", False))
     longest = max(r.prompt_tokens for r in spec.plan.requests)
     truth = bench.Truth(oracle, memory=bench.truth_memory("readme"), max_prompt_tokens=longest)
-    passed = [
-        c
-        for c in enumerate_effective(
-            spec.space,
-            model=spec.model,
-            engine_version=spec.engine.version(),
-            prescreen=spec.prescreen,
-        )
-        if c.memory is not None and c.memory.fits
-    ]
+    passed = _prescreened(spec)
     surprise = next(c for c in passed if truth.oom(c.config) is not None)
     fits = [c for c in passed if truth.oom(c.config) is None][:3]
     assert all(c.key == config_key(c.config) for c in fits)
@@ -363,24 +370,13 @@ def test_the_harsh_truth_ooms_where_the_pre_screen_said_the_config_fits(tmp_path
     """The truth's memory is a few percent off the model's: some configs the pre-screen
     passes do not start (or die on the load's longest prefill) in truth, and none do
     without the perturbation."""
-    from autotune.tuner.lattice import enumerate_effective
-
     landscape = bench.LANDSCAPES["readme"]
     spec = bench.prepare(landscape, tmp_path, harsh=True)["spec"]
     oracle = bench.truth_of(landscape, spec, bench.truth_constants("readme", False))
     longest = max(r.prompt_tokens for r in spec.plan.requests)
     harsh = bench.Truth(oracle, memory=bench.truth_memory("readme"), max_prompt_tokens=longest)
     gentle = bench.Truth(oracle, max_prompt_tokens=longest)
-    passed = [
-        c.config
-        for c in enumerate_effective(
-            spec.space,
-            model=spec.model,
-            engine_version=spec.engine.version(),
-            prescreen=spec.prescreen,
-        )
-        if c.memory is not None and c.memory.fits
-    ]
+    passed = [c.config for c in _prescreened(spec)]
     surprises = [config for config in passed if harsh.oom(config) is not None]
     assert surprises and len(surprises) < len(passed) / 2
     assert all(gentle.oom(config) is None for config in passed[:50])
