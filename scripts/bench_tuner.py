@@ -1512,7 +1512,7 @@ def main() -> None:
         "--plateau",
         action="store_true",
         help="with --table: under each truth's rows, how often an allocator handed the "
-        "truth's plateau crowns within 1% (its truth prepared again; --cache keeps it)",
+        "truth's plateau crowns within 1%% (its truth prepared again; --cache keeps it)",
     )
     parser.add_argument(
         "--trace",
