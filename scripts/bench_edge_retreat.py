@@ -13,6 +13,7 @@ its own tuner (not timed), so no retreat's replay is cached for the other.
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import tempfile
@@ -50,6 +51,7 @@ def retreat(rows: int, scratch: Path) -> tuple[float, int, int]:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     os.environ["AUTOTUNE_PREDICTION_CACHE"] = "off"
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as scratch:

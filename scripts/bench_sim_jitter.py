@@ -13,6 +13,7 @@ Run it on two commits to compare simulators.
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 from pathlib import Path
@@ -44,6 +45,7 @@ def throughput(config: SimConfig, plan: WorkloadPlan, scale: float) -> float:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     plan = load_plan(REPO / "workloads" / "sample-claudecode.jsonl")
     print(f"{'config':34s} {'largest change':>15s} {'sd of change':>13s}")
     for name, (seqs, kv_gib, batched, k, lmcache) in CONFIGS.items():
