@@ -12,7 +12,7 @@ from typing import BinaryIO
 
 from pydantic import TypeAdapter, ValidationError
 
-from autotune.errors import WorkloadError
+from autotune.errors import InputError, WorkloadError
 from autotune.workload.jsonline import parse_json_line
 from autotune.workload.schema import (
     FORMAT_NAME,
@@ -133,7 +133,12 @@ def _read_lines(path: Path, handle: BinaryIO, skip_invalid: bool) -> Workload:
                 requests[record.id] = record
                 request_lines[record.id] = number
         except WorkloadError as exc:
-            if header is None or not skip_invalid:
+            if header is None:
+                foreign = _foreign_trace(path, where)
+                if foreign is not None:
+                    raise foreign from exc
+                raise
+            if not skip_invalid:
                 raise
             skipped.append(f"{number}: {str(exc).removeprefix(where + ': ')}")
     if header is None:
@@ -146,6 +151,21 @@ def _read_lines(path: Path, handle: BinaryIO, skip_invalid: bool) -> Workload:
         skipped,
         path=path,
         request_lines=request_lines,
+    )
+
+
+def _foreign_trace(path: Path, where: str) -> WorkloadError | None:
+    """The error for a trace that ``workload import`` reads (a Weka / cc-traces file, say)
+    given where a workload belongs; None when it is no format autotune knows."""
+    from autotune.workload.importers.detect import detect_source  # importers write workloads
+
+    try:
+        kind = detect_source(path)
+    except InputError:
+        return None
+    return WorkloadError(
+        f"{where}: type: a {kind} trace, not an autotune workload; convert it first: "
+        f"autotune workload import {path} OUT.jsonl"
     )
 
 

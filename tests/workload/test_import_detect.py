@@ -10,11 +10,14 @@ from click.testing import Result
 from typer.testing import CliRunner
 
 from autotune.cli import app
+from autotune.errors import WorkloadError
+from autotune.workload.io import read_workload
 from tests.workload.conftest import require_data
 
 SHAREGPT = [
     {"id": "x", "conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]}
 ]
+REPO = Path(__file__).resolve().parents[2]
 MOONCAKE = {"timestamp": 0, "input_length": 600, "output_length": 3, "hash_ids": [0, 1]}
 OPENAI = {"model": "m", "messages": [{"role": "system", "content": "be brief"},
                                      {"role": "user", "content": "list files"}]}  # fmt: skip
@@ -66,3 +69,34 @@ def test_an_unknown_or_ambiguous_file_is_one_line_and_from_still_overrides(tmp_p
     assert result.exit_code == 2 and "OpenAI or Anthropic" in result.stderr, result.stderr
     forced = run_import("--from", "openai-log", str(either), str(tmp_path / "out.jsonl"))
     assert forced.exit_code == 0, forced.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "kind"),
+    [
+        (
+            "weka.json",
+            (REPO / "workloads/claude-code-traces-sample/sample_00.json").read_text(),
+            "weka",
+        ),
+        ("mooncake.jsonl", json.dumps(MOONCAKE) + "\n", "mooncake"),
+    ],
+)
+def test_a_trace_given_as_a_workload_says_to_import_it(
+    tmp_path: Path, name: str, text: str, kind: str
+) -> None:
+    """`autotune run --workload` (and every reader of workload files) on a trace that
+    `workload import` reads: the error names the format and the command, not the schema's
+    missing record type."""
+    trace = tmp_path / name
+    trace.write_text(text)
+    with pytest.raises(WorkloadError) as raised:
+        read_workload(trace)
+    message = str(raised.value)
+    assert message.startswith(f"{trace}:1: type: a {kind} trace")
+    assert f"autotune workload import {trace} OUT.jsonl" in message
+    junk = tmp_path / "junk.jsonl"
+    junk.write_text('{"x": 1}\n')
+    with pytest.raises(WorkloadError) as raised:
+        read_workload(junk)
+    assert "import" not in str(raised.value)  # no format autotune knows: the schema's error
